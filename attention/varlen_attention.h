@@ -1,0 +1,44 @@
+// Variable-length (packed) attention: the one interface the models call.
+//
+// Sequences are concatenated along the token axis with no padding. Their
+// boundaries come from the batcher as cu_seqlens; nothing here infers them.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <string_view>
+
+namespace fptrain::attention {
+
+enum class Backend {
+  Reference,  // per-sequence math attention in ATen; any device, differentiable
+  TorchFA2,   // LibTorch's bundled FlashAttention-2 varlen (CUDA only)
+  Fptrain,    // our own kernels (CUDA sm_90a)
+};
+
+Backend parse_backend(std::string_view name);  // "reference" | "torch-fa2" | "fptrain"
+std::string_view backend_name(Backend backend);
+
+struct VarlenSpec {
+  at::Tensor cu_seqlens;   // int32 [B+1] on q's device: 0 = c0 <= c1 <= ... <= cB = T
+  int64_t max_seqlen = 0;  // max_i (c[i+1] - c[i])
+  bool causal = true;
+  // 0: unlimited. Otherwise query i sees keys j with i - window < j <= i
+  // (Hugging Face's sliding_window semantics: `window` keys including itself).
+  int64_t window = 0;
+  double softmax_scale = 1.0;
+};
+
+// q [T, Hq, D], k and v [T, Hkv, D] with Hq % Hkv == 0 (GQA). Returns [T, Hq, D]
+// in q's dtype. Differentiable with respect to q, k and v.
+at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const VarlenSpec& spec, Backend backend);
+
+// Checks a host (CPU) int32 cu_seqlens: starts at 0, non-decreasing, ends at
+// total_tokens, and max_seqlen equals its largest step. Throws std::invalid_argument
+// naming the first violation.
+void validate_cu_seqlens(const at::Tensor& cu_seqlens_cpu, int64_t total_tokens,
+                         int64_t max_seqlen);
+
+}  // namespace fptrain::attention

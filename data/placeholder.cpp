@@ -1,0 +1,1 @@
+int fptrain_data_placeholder = 0;

@@ -1,0 +1,74 @@
+// The model hyper-parameters fptrain reads from a Hugging Face config.json.
+// One struct serves LlamaForCausalLM, MistralForCausalLM and GraniteForCausalLM.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fptrain::models {
+
+enum class Family { Llama, Mistral, Granite };
+
+enum class RopeType { Default, Linear, Llama3 };
+
+struct RopeConfig {
+  double theta = 10000.0;
+  RopeType type = RopeType::Default;
+  double factor = 1.0;                  // linear and llama3
+  double low_freq_factor = 1.0;         // llama3
+  double high_freq_factor = 4.0;        // llama3
+  int64_t original_max_position_embeddings = 8192;  // llama3
+};
+
+struct ModelConfig {
+  Family family = Family::Llama;
+  std::string architecture;  // e.g. "LlamaForCausalLM"
+
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  int64_t head_dim = 0;  // defaults to hidden_size / num_attention_heads
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  RopeConfig rope;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;
+  bool mlp_bias = false;
+  std::optional<int64_t> sliding_window;  // Mistral; none = full causal
+
+  // Granite; 1.0 for the other families.
+  double embedding_multiplier = 1.0;
+  double residual_multiplier = 1.0;
+  double logits_scaling = 1.0;
+  std::optional<double> attention_multiplier;  // softmax scale override
+
+  std::string dtype = "float32";  // "float32" | "bfloat16" | "float16" (torch_dtype / dtype)
+  std::optional<int64_t> bos_token_id;
+  std::vector<int64_t> eos_token_ids;
+  std::optional<int64_t> pad_token_id;
+
+  nlohmann::json raw;  // the file as read, written back on save
+
+  double softmax_scale() const;    // attention_multiplier or 1/sqrt(head_dim)
+  int64_t num_parameters() const;  // counted from the shapes, tied embeddings once
+};
+
+// Parses a config.json document; `source` names it in errors. Accepts the
+// transformers v4 form (rope_theta, rope_scaling, torch_dtype) and the v5 form
+// (rope_parameters, dtype). Unsupported architectures or options throw
+// std::runtime_error naming the key and the value.
+ModelConfig parse_model_config(const nlohmann::json& doc, const std::string& source);
+ModelConfig load_model_config(const std::filesystem::path& config_json);
+
+// The config.json to write next to saved weights (transformers loads it).
+nlohmann::json model_config_to_json(const ModelConfig& config);
+
+}  // namespace fptrain::models

@@ -1,0 +1,1 @@
+int fptrain_models_placeholder = 0;

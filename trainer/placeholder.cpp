@@ -1,0 +1,1 @@
+int fptrain_trainer_placeholder = 0;
