@@ -1,0 +1,15 @@
+// Entry point of our own CUDA varlen flash-attention kernels (backend "fptrain").
+#pragma once
+
+#include "attention/varlen_attention.h"
+
+namespace fptrain::attention {
+
+// True when this build contains the kernels and the current CUDA device can run them (sm_90).
+bool fptrain_kernels_available();
+
+// Differentiable varlen attention through our kernels; same contract as varlen_attention().
+at::Tensor fptrain_varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                    const VarlenSpec& spec);
+
+}  // namespace fptrain::attention
