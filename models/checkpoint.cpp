@@ -1,0 +1,407 @@
+// Loading and saving Hugging Face checkpoint folders (see checkpoint.h).
+#include "models/checkpoint.h"
+
+#include "models/safetensors.h"
+
+#include <ATen/Parallel.h>
+#include <c10/core/Event.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include <unistd.h>
+
+namespace fptrain::models {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+constexpr const char* kSingleFile = "model.safetensors";
+constexpr const char* kIndexFile = "model.safetensors.index.json";
+
+std::string shape_text(at::IntArrayRef shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::string layer_prefix(int64_t layer) { return "model.layers." + std::to_string(layer) + "."; }
+
+// (name, shape) in the order the model's modules register them.
+std::vector<std::pair<std::string, std::vector<int64_t>>> parameters_in_order(const ModelConfig& c) {
+  const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+  const int64_t q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  out.push_back({"model.embed_tokens.weight", {V, H}});
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = layer_prefix(l);
+    const std::pair<const char*, std::vector<int64_t>> attn[] = {
+        {"q_proj", {q, H}}, {"k_proj", {kv, H}}, {"v_proj", {kv, H}}, {"o_proj", {H, q}}};
+    for (const auto& [proj, shape] : attn) {
+      out.push_back({p + "self_attn." + proj + ".weight", shape});
+      if (c.attention_bias) out.push_back({p + "self_attn." + proj + ".bias", {shape[0]}});
+    }
+    const std::pair<const char*, std::vector<int64_t>> mlp[] = {
+        {"gate_proj", {I, H}}, {"up_proj", {I, H}}, {"down_proj", {H, I}}};
+    for (const auto& [proj, shape] : mlp) {
+      out.push_back({p + "mlp." + proj + ".weight", shape});
+      if (c.mlp_bias) out.push_back({p + "mlp." + proj + ".bias", {shape[0]}});
+    }
+    out.push_back({p + "input_layernorm.weight", {H}});
+    out.push_back({p + "post_attention_layernorm.weight", {H}});
+  }
+  out.push_back({"model.norm.weight", {H}});
+  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {V, H}});
+  return out;
+}
+
+// Tensors transformers may have in a checkpoint that are not parameters.
+bool ignorable(const std::string& name, const ModelConfig& c) {
+  const std::string inv_freq = "rotary_emb.inv_freq";
+  if (name.size() >= inv_freq.size() && name.compare(name.size() - inv_freq.size(), inv_freq.size(), inv_freq) == 0)
+    return true;
+  return c.tie_word_embeddings && name == "lm_head.weight";
+}
+
+std::string config_summary(const ModelConfig& c) {
+  return c.architecture + " with hidden_size=" + std::to_string(c.hidden_size) +
+         ", num_hidden_layers=" + std::to_string(c.num_hidden_layers) +
+         ", vocab_size=" + std::to_string(c.vocab_size) + ", tie_word_embeddings=" +
+         (c.tie_word_embeddings ? "true" : "false");
+}
+
+// Lists names (at most `limit` of them, then a count).
+std::string name_list(const std::vector<std::string>& names, size_t limit = 20) {
+  std::string s;
+  for (size_t i = 0; i < names.size() && i < limit; ++i) s += (i ? ", " : "") + names[i];
+  if (names.size() > limit) s += ", ... (" + std::to_string(names.size()) + " in all)";
+  return s;
+}
+
+// The open files of one checkpoint and which file holds which tensor.
+struct OpenCheckpoint {
+  std::vector<std::unique_ptr<SafetensorsFile>> files;
+  std::map<std::string, std::pair<const SafetensorsFile*, const SafetensorsEntry*>> tensors;
+};
+
+OpenCheckpoint open_checkpoint(const fs::path& dir) {
+  OpenCheckpoint ck;
+  auto add_file = [&](const fs::path& path) -> const SafetensorsFile* {
+    ck.files.push_back(std::make_unique<SafetensorsFile>(path));
+    const SafetensorsFile* f = ck.files.back().get();
+    for (const auto& e : f->entries()) {
+      auto [it, inserted] = ck.tensors.emplace(e.name, std::make_pair(f, &e));
+      if (!inserted)
+        throw std::runtime_error(path.string() + ": tensor '" + e.name + "' is also in " +
+                                 it->second.first->path().string());
+    }
+    return f;
+  };
+
+  const fs::path index_path = dir / kIndexFile;
+  if (fs::exists(index_path)) {
+    const std::string where = index_path.string();
+    json index;
+    try {
+      std::ifstream in(index_path);
+      index = json::parse(in);
+    } catch (const json::parse_error& e) {
+      throw std::runtime_error(where + ": invalid JSON: " + e.what());
+    }
+    if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
+      throw std::runtime_error(where + ": key 'weight_map' is missing or not an object");
+    // shard file -> the tensor names the index puts there
+    std::map<std::string, std::vector<std::string>> shards;
+    for (const auto& [name, shard] : index["weight_map"].items()) {
+      if (!shard.is_string())
+        throw std::runtime_error(where + ": weight_map['" + name + "'] is not a file name");
+      const std::string file = shard.get<std::string>();
+      if (file.empty() || fs::path(file).filename().string() != file)
+        throw std::runtime_error(where + ": weight_map['" + name + "'] = '" + file +
+                                 "' is not a plain file name in the checkpoint folder");
+      shards[file].push_back(name);
+    }
+    for (const auto& [file, names] : shards) {
+      const fs::path path = dir / file;
+      if (!fs::exists(path))
+        throw std::runtime_error(where + ": shard '" + file + "' is missing (it should hold " +
+                                 std::to_string(names.size()) + " tensors, e.g. '" + names.front() + "')");
+      const SafetensorsFile* f = add_file(path);
+      for (const std::string& name : names)
+        if (!f->find(name))
+          throw std::runtime_error(where + ": maps tensor '" + name + "' to shard '" + file +
+                                   "', which does not contain it");
+    }
+    return ck;
+  }
+  const fs::path single = dir / kSingleFile;
+  if (!fs::exists(single))
+    throw std::runtime_error(dir.string() + ": no " + kSingleFile + " or " + kIndexFile + " in the checkpoint folder");
+  add_file(single);
+  return ck;
+}
+
+// Checks the checkpoint against the config; one error lists every problem.
+void check_against_config(const OpenCheckpoint& ck, const ModelConfig& c, const fs::path& dir) {
+  const auto expected = expected_parameter_shapes(c);
+  std::vector<std::string> missing, unexpected, problems;
+  for (const auto& [name, shape] : expected)
+    if (!ck.tensors.count(name)) missing.push_back(name);
+  for (const auto& [name, loc] : ck.tensors) {
+    if (ignorable(name, c)) continue;
+    auto it = expected.find(name);
+    if (it == expected.end()) {
+      unexpected.push_back(name);
+      continue;
+    }
+    const SafetensorsEntry& e = *loc.second;
+    const std::string file = loc.first->path().filename().string();
+    if (e.shape != it->second)
+      problems.push_back("tensor '" + name + "' in " + file + " has shape " + shape_text(e.shape) +
+                         " but the config implies " + shape_text(it->second));
+    if (!at::isFloatingType(e.dtype))
+      problems.push_back("tensor '" + name + "' in " + file + " has dtype " + e.dtype_name +
+                         ", not a floating-point type");
+  }
+  if (missing.empty() && unexpected.empty() && problems.empty()) return;
+  std::string msg = dir.string() + ": the checkpoint does not match its config (" + config_summary(c) + ")";
+  if (!missing.empty()) msg += "\n  missing tensors: " + name_list(missing);
+  if (!unexpected.empty()) msg += "\n  unexpected tensors: " + name_list(unexpected);
+  for (const auto& p : problems) msg += "\n  " + p;
+  throw std::runtime_error(msg);
+}
+
+// Copies mapped file bytes to a device through two pinned buffers, so the CPU
+// fills one while the DMA engine drains the other. Page faults on the mapping
+// are spread over threads, which keeps several disk reads in flight.
+class PinnedUploader {
+ public:
+  explicit PinnedUploader(at::Device device, int64_t chunk_bytes = 64ll << 20)
+      : device_(device), chunk_(chunk_bytes), guard_(device.type()) {
+    for (int i = 0; i < 2; ++i) {
+      buffers_[i] = at::empty({chunk_}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+      events_[i] = std::make_unique<c10::Event>(device.type());
+    }
+  }
+
+  // Returns a device tensor holding the entry's data, in the file's dtype.
+  at::Tensor upload(const SafetensorsFile& file, const SafetensorsEntry& e) {
+    const int64_t n = static_cast<int64_t>(e.num_bytes());
+    at::Tensor raw = at::empty({n}, at::TensorOptions().dtype(at::kByte).device(device_));
+    const uint8_t* src = file.data(e);
+    const c10::Stream stream = guard_.getStream(device_);
+    for (int64_t off = 0; off < n; off += chunk_) {
+      const int64_t len = std::min(chunk_, n - off);
+      const int k = next_;
+      next_ ^= 1;
+      events_[k]->synchronize();  // the previous copy out of this buffer is done
+      auto* dst = static_cast<uint8_t*>(buffers_[k].data_ptr());
+      at::parallel_for(0, len, 4 << 20, [&](int64_t b, int64_t end) {
+        std::memcpy(dst + b, src + off + b, static_cast<size_t>(end - b));
+      });
+      raw.narrow(0, off, len).copy_(buffers_[k].narrow(0, 0, len), /*non_blocking=*/true);
+      events_[k]->record(stream);
+    }
+    return raw.view(e.dtype).view(e.shape);
+  }
+
+  void finish() {
+    for (auto& ev : events_) ev->synchronize();
+  }
+
+ private:
+  at::Device device_;
+  int64_t chunk_;
+  c10::impl::VirtualGuardImpl guard_;
+  at::Tensor buffers_[2];
+  std::unique_ptr<c10::Event> events_[2];
+  int next_ = 0;
+};
+
+void write_text_file(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  out.close();
+  if (!out) throw std::runtime_error(path.string() + ": cannot write");
+}
+
+std::string shard_name(size_t i, size_t n) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", i + 1, n);
+  return buf;
+}
+
+}  // namespace
+
+at::ScalarType dtype_from_name(const std::string& name) {
+  if (name == "float32") return at::kFloat;
+  if (name == "bfloat16") return at::kBFloat16;
+  if (name == "float16") return at::kHalf;
+  throw std::invalid_argument("unsupported dtype '" + name + "' (expected float32, bfloat16 or float16)");
+}
+
+std::string dtype_name(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat: return "float32";
+    case at::kBFloat16: return "bfloat16";
+    case at::kHalf: return "float16";
+    default: throw std::invalid_argument(std::string("unsupported model dtype ") + c10::toString(dtype));
+  }
+}
+
+std::map<std::string, std::vector<int64_t>> expected_parameter_shapes(const ModelConfig& config) {
+  std::map<std::string, std::vector<int64_t>> out;
+  for (auto& [name, shape] : parameters_in_order(config)) out.emplace(std::move(name), std::move(shape));
+  return out;
+}
+
+std::vector<std::string> parameter_names_in_model_order(const ModelConfig& config) {
+  std::vector<std::string> out;
+  for (auto& [name, shape] : parameters_in_order(config)) out.push_back(std::move(name));
+  return out;
+}
+
+TensorMap load_pretrained_weights(const fs::path& model_dir, const ModelConfig& config, at::ScalarType dtype,
+                                  at::Device device) {
+  dtype_name(dtype);  // rejects non-model dtypes early
+  OpenCheckpoint ck = open_checkpoint(model_dir);
+  check_against_config(ck, config, model_dir);
+  for (const auto& f : ck.files) f->advise_sequential();
+
+  // Read in file/offset order so the disk sees sequential reads.
+  std::vector<std::pair<const SafetensorsFile*, const SafetensorsEntry*>> order;
+  const auto expected = expected_parameter_shapes(config);
+  for (const auto& [name, loc] : ck.tensors)
+    if (expected.count(name)) order.push_back(loc);
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first->path() < b.first->path() : a.second->begin < b.second->begin;
+  });
+
+  TensorMap out;
+  if (device.is_cpu()) {
+    for (const auto& [file, e] : order) {
+      // One pass from the mapping into the destination, converting on the way.
+      at::Tensor dst = at::empty(e->shape, at::TensorOptions().dtype(dtype));
+      dst.copy_(file->view(*e));
+      out.emplace(e->name, std::move(dst));
+    }
+    return out;
+  }
+  PinnedUploader uploader(device);
+  for (const auto& [file, e] : order) {
+    at::Tensor t = uploader.upload(*file, *e);
+    out.emplace(e->name, t.scalar_type() == dtype ? t : t.to(dtype));  // converts on the device
+  }
+  uploader.finish();
+  return out;
+}
+
+void save_pretrained(const fs::path& dir, const ModelConfig& config, const TensorMap& params, at::ScalarType dtype,
+                     int64_t max_shard_bytes) {
+  if (max_shard_bytes <= 0) throw std::invalid_argument("save_pretrained: max_shard_bytes must be positive");
+  const std::string dtype_str = dtype_name(dtype);
+
+  // The parameters must be exactly the model's (lm_head may be present when tied).
+  const auto expected = parameters_in_order(config);
+  std::vector<std::string> missing, unexpected, problems;
+  std::set<std::string> expected_names;
+  for (const auto& [name, shape] : expected) {
+    expected_names.insert(name);
+    auto it = params.find(name);
+    if (it == params.end()) {
+      missing.push_back(name);
+    } else if (it->second.sizes().vec() != shape) {
+      problems.push_back("'" + name + "' has shape " + shape_text(it->second.sizes()) + ", expected " +
+                         shape_text(shape));
+    }
+  }
+  for (const auto& [name, t] : params)
+    if (!expected_names.count(name) && !ignorable(name, config)) unexpected.push_back(name);
+  if (!missing.empty() || !unexpected.empty() || !problems.empty()) {
+    std::string msg = dir.string() + ": cannot save: the parameters do not match the config (" +
+                      config_summary(config) + ")";
+    if (!missing.empty()) msg += "\n  missing tensors: " + name_list(missing);
+    if (!unexpected.empty()) msg += "\n  unexpected tensors: " + name_list(unexpected);
+    for (const auto& p : problems) msg += "\n  " + p;
+    throw std::runtime_error(msg);
+  }
+
+  // Fill shards in model order; a tensor larger than the limit gets its own.
+  const int64_t item = c10::elementSize(dtype);
+  std::vector<std::vector<std::string>> shards(1);
+  int64_t shard_bytes = 0, total_bytes = 0, total_params = 0;
+  for (const auto& [name, shape] : expected) {
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    const int64_t bytes = numel * item;
+    if (!shards.back().empty() && shard_bytes + bytes > max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(name);
+    shard_bytes += bytes;
+    total_bytes += bytes;
+    total_params += numel;
+  }
+
+  const fs::path target = fs::absolute(dir).lexically_normal();
+  const fs::path parent = target.parent_path();
+  fs::create_directories(parent);
+  const std::string tag = std::to_string(::getpid());
+  const fs::path tmp = parent / ("." + target.filename().string() + ".tmp." + tag);
+  const fs::path old = parent / ("." + target.filename().string() + ".old." + tag);
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  try {
+    ModelConfig saved = config;
+    saved.dtype = dtype_str;
+    write_text_file(tmp / "config.json", model_config_to_json(saved).dump(2) + "\n");
+
+    json weight_map = json::object();
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const std::string file = shards.size() == 1 ? kSingleFile : shard_name(i, shards.size());
+      TensorMap shard;  // converted one shard at a time to bound host memory
+      for (const std::string& name : shards[i]) {
+        shard.emplace(name, params.at(name).detach().to(at::kCPU, dtype).contiguous());
+        weight_map[name] = file;
+      }
+      write_safetensors(tmp / file, shard, {{"format", "pt"}});
+    }
+    if (shards.size() > 1) {
+      json index = {{"metadata", {{"total_size", total_bytes}, {"total_parameters", total_params}}},
+                    {"weight_map", weight_map}};
+      write_text_file(tmp / kIndexFile, index.dump(2) + "\n");
+    }
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    throw;
+  }
+
+  // Swap the finished folder in; the old one is removed only once the new one is in place.
+  std::error_code ec;
+  const bool had_old = fs::exists(target);
+  if (had_old) {
+    fs::remove_all(old);
+    fs::rename(target, old, ec);
+    if (ec) throw std::runtime_error(target.string() + ": cannot move the previous checkpoint aside: " + ec.message());
+  }
+  fs::rename(tmp, target, ec);
+  if (ec) {
+    std::error_code ignored;
+    if (had_old) fs::rename(old, target, ignored);
+    throw std::runtime_error(target.string() + ": cannot move the new checkpoint into place: " + ec.message());
+  }
+  if (had_old) fs::remove_all(old, ec);
+}
+
+}  // namespace fptrain::models

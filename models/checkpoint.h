@@ -1,0 +1,51 @@
+// Hugging Face checkpoints on disk: a folder with config.json and the weights as
+// model.safetensors, or as shards listed in model.safetensors.index.json.
+#pragma once
+
+#include "models/model_config.h"
+#include "models/tensor_map.h"
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace fptrain::models {
+
+// Every parameter the config implies, by Hugging Face name, with its shape.
+// lm_head.weight is absent when the embeddings are tied.
+std::map<std::string, std::vector<int64_t>> expected_parameter_shapes(const ModelConfig& config);
+
+// The same names in the order the model uses them (embeddings, layer 0, 1, ...,
+// final norm, lm_head), which is also the order shards are filled in.
+std::vector<std::string> parameter_names_in_model_order(const ModelConfig& config);
+
+// Loads the weights of the checkpoint in `model_dir` (model.safetensors or
+// model.safetensors.index.json + shards). Checks that every expected tensor is
+// present with the expected shape and that nothing else is (rotary inv_freq
+// buffers and, with tied embeddings, lm_head.weight are ignored); one error lists
+// all missing, unexpected and misshapen tensors. Each tensor is converted to
+// `dtype` and placed on `device` with a single copy from the mapped file (for
+// CUDA through pinned staging buffers, converting on the GPU). The result holds
+// exactly the names of expected_parameter_shapes().
+TensorMap load_pretrained_weights(const std::filesystem::path& model_dir, const ModelConfig& config,
+                                  at::ScalarType dtype, at::Device device = at::kCPU);
+
+// Writes config.json (with dtype set to `dtype`) and the weights, cast to `dtype`,
+// as model.safetensors or, when they exceed max_shard_bytes, as
+// model-0000i-of-0000n.safetensors + model.safetensors.index.json, exactly as
+// transformers names them. lm_head.weight is not written when tied. The folder
+// is assembled under a temporary name next to `dir` and renamed into place, so
+// `dir` is either the old checkpoint or the complete new one; whatever `dir`
+// held before is replaced.
+void save_pretrained(const std::filesystem::path& dir, const ModelConfig& config, const TensorMap& params,
+                     at::ScalarType dtype, int64_t max_shard_bytes = 5'000'000'000);
+
+// "float32" | "bfloat16" | "float16" <-> ScalarType (config.json's dtype).
+at::ScalarType dtype_from_name(const std::string& name);
+std::string dtype_name(at::ScalarType dtype);
+
+}  // namespace fptrain::models

@@ -1,0 +1,388 @@
+// config.json -> ModelConfig, following the defaults of transformers'
+// LlamaConfig, MistralConfig and GraniteConfig and its RoPE standardisation
+// (modeling_rope_utils): a v4 `rope_scaling` dict wins over `rope_parameters`,
+// `type` is an old spelling of `rope_type`, a top-level `rope_theta` fills in a
+// missing one, and llama3's original_max_position_embeddings falls back to
+// max_position_embeddings.
+#include "models/model_config.h"
+
+#include "models/checkpoint.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace fptrain::models {
+namespace {
+
+using nlohmann::json;
+
+// Reads typed keys from one JSON object; every error names the file and the key.
+class KeyReader {
+ public:
+  KeyReader(const json& obj, std::string source, std::string prefix = "")
+      : obj_(obj), source_(std::move(source)), prefix_(std::move(prefix)) {}
+
+  bool has(const std::string& key) const { return obj_.contains(key) && !obj_.at(key).is_null(); }
+
+  [[noreturn]] void fail(const std::string& key, const std::string& problem) const {
+    std::string msg = source_ + ": key '" + prefix_ + key + "'";
+    if (obj_.contains(key)) msg += " (value " + obj_.at(key).dump() + ")";
+    throw std::runtime_error(msg + ": " + problem);
+  }
+
+  int64_t integer(const std::string& key) const {
+    if (!has(key)) fail(key, "required key is missing");
+    const json& v = obj_.at(key);
+    if (v.is_number_integer()) return v.get<int64_t>();
+    // transformers accepts 4096.0 where it means 4096; nothing else.
+    if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>())
+      return static_cast<int64_t>(v.get<double>());
+    fail(key, "expected an integer");
+  }
+  int64_t integer(const std::string& key, int64_t fallback) const {
+    return has(key) ? integer(key) : fallback;
+  }
+  int64_t positive(const std::string& key) const {
+    const int64_t v = integer(key);
+    if (v <= 0) fail(key, "must be positive");
+    return v;
+  }
+  int64_t positive(const std::string& key, int64_t fallback) const {
+    return has(key) ? positive(key) : fallback;
+  }
+
+  double number(const std::string& key) const {
+    if (!has(key)) fail(key, "required key is missing");
+    const json& v = obj_.at(key);
+    if (!v.is_number()) fail(key, "expected a number");
+    return v.get<double>();
+  }
+  double number(const std::string& key, double fallback) const {
+    return has(key) ? number(key) : fallback;
+  }
+
+  bool boolean(const std::string& key, bool fallback) const {
+    if (!has(key)) return fallback;
+    const json& v = obj_.at(key);
+    if (!v.is_boolean()) fail(key, "expected true or false");
+    return v.get<bool>();
+  }
+
+  std::string string(const std::string& key, const std::string& fallback) const {
+    if (!has(key)) return fallback;
+    const json& v = obj_.at(key);
+    if (!v.is_string()) fail(key, "expected a string");
+    return v.get<std::string>();
+  }
+
+  std::optional<int64_t> optional_integer(const std::string& key) const {
+    if (!has(key)) return std::nullopt;
+    return integer(key);
+  }
+
+  std::vector<int64_t> integer_or_list(const std::string& key) const {
+    if (!has(key)) return {};
+    const json& v = obj_.at(key);
+    if (!v.is_array()) return {integer(key)};
+    std::vector<int64_t> out;
+    for (const json& item : v) {
+      if (!item.is_number_integer()) fail(key, "expected an integer or a list of integers");
+      out.push_back(item.get<int64_t>());
+    }
+    return out;
+  }
+
+ private:
+  const json& obj_;
+  std::string source_;
+  std::string prefix_;
+};
+
+struct ArchitectureInfo {
+  const char* architecture;
+  const char* model_type;
+  Family family;
+  int64_t default_max_position_embeddings;
+};
+
+constexpr ArchitectureInfo kArchitectures[] = {
+    {"LlamaForCausalLM", "llama", Family::Llama, 2048},
+    {"MistralForCausalLM", "mistral", Family::Mistral, 4096 * 32},
+    {"GraniteForCausalLM", "granite", Family::Granite, 2048},
+};
+
+std::string supported_architectures() {
+  std::string out;
+  for (const auto& a : kArchitectures) out += (out.empty() ? "" : ", ") + std::string(a.architecture);
+  return out;
+}
+
+const ArchitectureInfo& resolve_architecture(const json& doc, const KeyReader& keys) {
+  if (keys.has("architectures")) {
+    const json& list = doc.at("architectures");
+    if (!list.is_array() || list.empty())
+      keys.fail("architectures", "expected a non-empty list of class names");
+    for (const json& name : list) {
+      if (!name.is_string()) keys.fail("architectures", "expected a list of strings");
+      for (const auto& a : kArchitectures)
+        if (name.get<std::string>() == a.architecture) return a;
+    }
+    keys.fail("architectures", "unsupported architecture; supported: " + supported_architectures());
+  }
+  if (keys.has("model_type")) {
+    const std::string type = keys.string("model_type", "");
+    for (const auto& a : kArchitectures)
+      if (type == a.model_type) return a;
+    keys.fail("model_type", "unsupported model_type; supported: llama, mistral, granite");
+  }
+  keys.fail("architectures", "neither 'architectures' nor 'model_type' is given");
+}
+
+std::string family_key_prefix(Family f) {
+  switch (f) {
+    case Family::Llama: return "Llama";
+    case Family::Mistral: return "Mistral";
+    case Family::Granite: return "Granite";
+  }
+  return "?";
+}
+
+// The RoPE dict as transformers sees it after standardisation.
+RopeConfig parse_rope(const json& doc, const KeyReader& top, int64_t max_position_embeddings,
+                      const std::string& source) {
+  json params = json::object();
+  std::string where = "rope_parameters";
+  const bool has_scaling = top.has("rope_scaling") &&
+                           !(doc.at("rope_scaling").is_object() && doc.at("rope_scaling").empty());
+  if (has_scaling) {  // v4 spelling; transformers lets a non-empty one win
+    if (!doc.at("rope_scaling").is_object()) top.fail("rope_scaling", "expected an object or null");
+    params = doc.at("rope_scaling");
+    where = "rope_scaling";
+  } else if (top.has("rope_parameters")) {
+    if (!doc.at("rope_parameters").is_object()) top.fail("rope_parameters", "expected an object or null");
+    params = doc.at("rope_parameters");
+  }
+  const KeyReader keys(params, source, where + ".");
+
+  RopeConfig rope;
+  rope.theta = keys.number("rope_theta", top.number("rope_theta", 10000.0));
+  if (rope.theta <= 0) keys.fail("rope_theta", "must be positive");
+
+  const double partial = keys.number("partial_rotary_factor", top.number("partial_rotary_factor", 1.0));
+  if (partial != 1.0) {
+    if (keys.has("partial_rotary_factor")) keys.fail("partial_rotary_factor", "partial rotary embeddings are not supported");
+    top.fail("partial_rotary_factor", "partial rotary embeddings are not supported");
+  }
+
+  const std::string type_key = keys.has("rope_type") ? "rope_type" : "type";
+  const std::string type = keys.string(type_key, "default");
+  if (type == "default") {
+    rope.type = RopeType::Default;
+  } else if (type == "linear") {
+    rope.type = RopeType::Linear;
+    rope.factor = keys.number("factor");
+    if (rope.factor <= 0) keys.fail("factor", "must be positive");
+  } else if (type == "llama3") {
+    rope.type = RopeType::Llama3;
+    rope.factor = keys.number("factor");
+    rope.low_freq_factor = keys.number("low_freq_factor");
+    rope.high_freq_factor = keys.number("high_freq_factor");
+    // A top-level original_max_position_embeddings takes priority (as in transformers).
+    rope.original_max_position_embeddings =
+        top.has("original_max_position_embeddings")
+            ? top.positive("original_max_position_embeddings")
+            : keys.positive("original_max_position_embeddings", max_position_embeddings);
+    if (rope.factor <= 0) keys.fail("factor", "must be positive");
+    if (!(rope.high_freq_factor > rope.low_freq_factor))
+      keys.fail("high_freq_factor", "must be greater than low_freq_factor");
+  } else {
+    keys.fail(type_key, "unsupported RoPE type '" + type + "'; supported: default, linear, llama3");
+  }
+  return rope;
+}
+
+std::string parse_dtype(const KeyReader& keys) {
+  // v5 writes "dtype", v4 "torch_dtype"; absent means the weights are float32.
+  const std::string key = keys.has("dtype") ? "dtype" : "torch_dtype";
+  std::string name = keys.string(key, "float32");
+  if (name.rfind("torch.", 0) == 0) name = name.substr(6);
+  if (name == "float" ) name = "float32";
+  if (name == "half") name = "float16";
+  if (name == "float32" || name == "bfloat16" || name == "float16") return name;
+  keys.fail(key, "unsupported dtype; supported: float32, bfloat16, float16");
+}
+
+}  // namespace
+
+ModelConfig parse_model_config(const json& doc, const std::string& source) {
+  if (!doc.is_object()) throw std::runtime_error(source + ": expected a JSON object at the top level");
+  const KeyReader keys(doc, source);
+  ModelConfig c;
+  const ArchitectureInfo& arch = resolve_architecture(doc, keys);
+  c.family = arch.family;
+  c.architecture = arch.architecture;
+
+  const std::string act = keys.string("hidden_act", "silu");
+  if (act != "silu") keys.fail("hidden_act", "unsupported activation; only silu is supported");
+
+  c.vocab_size = keys.positive("vocab_size");
+  c.hidden_size = keys.positive("hidden_size");
+  c.intermediate_size = keys.positive("intermediate_size");
+  c.num_hidden_layers = keys.positive("num_hidden_layers");
+  c.num_attention_heads = keys.positive("num_attention_heads");
+  c.num_key_value_heads = keys.positive("num_key_value_heads", c.num_attention_heads);
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    keys.fail("num_key_value_heads", "must divide num_attention_heads (" +
+                                         std::to_string(c.num_attention_heads) + ")");
+  if (keys.has("head_dim")) {
+    c.head_dim = keys.positive("head_dim");
+  } else {
+    if (c.hidden_size % c.num_attention_heads != 0)
+      keys.fail("hidden_size", "is not a multiple of num_attention_heads (" +
+                                   std::to_string(c.num_attention_heads) + ") and head_dim is not given");
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  c.max_position_embeddings = keys.positive("max_position_embeddings", arch.default_max_position_embeddings);
+  c.rms_norm_eps = keys.number("rms_norm_eps", 1e-6);
+  if (c.rms_norm_eps <= 0) keys.fail("rms_norm_eps", "must be positive");
+  c.tie_word_embeddings = keys.boolean("tie_word_embeddings", false);
+
+  if (c.family == Family::Mistral) {
+    // MistralForCausalLM has no projection biases; a config asking for them
+    // describes weights transformers would silently drop.
+    for (const char* key : {"attention_bias", "mlp_bias"})
+      if (keys.boolean(key, false)) keys.fail(key, "MistralForCausalLM has no biases");
+    // transformers' default window is 4096; an explicit null means full attention.
+    if (!doc.contains("sliding_window")) {
+      c.sliding_window = 4096;
+    } else if (keys.has("sliding_window")) {
+      c.sliding_window = keys.positive("sliding_window");
+    }
+  } else {
+    c.attention_bias = keys.boolean("attention_bias", false);
+    c.mlp_bias = keys.boolean("mlp_bias", false);
+  }
+
+  if (c.family == Family::Granite) {
+    c.embedding_multiplier = keys.number("embedding_multiplier", 1.0);
+    c.residual_multiplier = keys.number("residual_multiplier", 1.0);
+    c.logits_scaling = keys.number("logits_scaling", 1.0);
+    if (c.logits_scaling == 0) keys.fail("logits_scaling", "must not be zero");
+    // Granite always scales scores by attention_multiplier (default 1.0, not 1/sqrt(d)).
+    c.attention_multiplier = keys.number("attention_multiplier", 1.0);
+  }
+
+  c.rope = parse_rope(doc, keys, c.max_position_embeddings, source);
+  c.dtype = parse_dtype(keys);
+  c.bos_token_id = keys.optional_integer("bos_token_id");
+  c.eos_token_ids = keys.integer_or_list("eos_token_id");
+  c.pad_token_id = keys.optional_integer("pad_token_id");
+  if (c.pad_token_id && (*c.pad_token_id < 0 || *c.pad_token_id >= c.vocab_size))
+    keys.fail("pad_token_id", "outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+  c.raw = doc;
+  return c;
+}
+
+ModelConfig load_model_config(const std::filesystem::path& config_json) {
+  std::ifstream in(config_json);
+  if (!in) throw std::runtime_error(config_json.string() + ": cannot open the model config");
+  json doc;
+  try {
+    doc = json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw std::runtime_error(config_json.string() + ": invalid JSON: " + e.what());
+  }
+  return parse_model_config(doc, config_json.string());
+}
+
+double ModelConfig::softmax_scale() const {
+  if (attention_multiplier) return *attention_multiplier;
+  return 1.0 / std::sqrt(static_cast<double>(head_dim));
+}
+
+int64_t ModelConfig::num_parameters() const {
+  int64_t total = 0;
+  for (const auto& [name, shape] : expected_parameter_shapes(*this)) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    total += n;
+  }
+  return total;
+}
+
+json model_config_to_json(const ModelConfig& c) {
+  json out = c.raw.is_object() ? c.raw : json::object();
+  // Keep the spelling the source used (v4 or v5) so the file round-trips.
+  const bool v4 = !out.contains("rope_parameters") &&
+                  (out.contains("rope_scaling") || out.contains("rope_theta") || out.contains("torch_dtype"));
+
+  std::string model_type = "llama";
+  for (const auto& a : kArchitectures)
+    if (a.family == c.family) model_type = a.model_type;
+  out["architectures"] = json::array({c.architecture.empty() ? family_key_prefix(c.family) + "ForCausalLM"
+                                                             : c.architecture});
+  out["model_type"] = model_type;
+  out["vocab_size"] = c.vocab_size;
+  out["hidden_size"] = c.hidden_size;
+  out["intermediate_size"] = c.intermediate_size;
+  out["num_hidden_layers"] = c.num_hidden_layers;
+  out["num_attention_heads"] = c.num_attention_heads;
+  out["num_key_value_heads"] = c.num_key_value_heads;
+  out["head_dim"] = c.head_dim;
+  out["max_position_embeddings"] = c.max_position_embeddings;
+  out["rms_norm_eps"] = c.rms_norm_eps;
+  out["hidden_act"] = "silu";
+  out["tie_word_embeddings"] = c.tie_word_embeddings;
+  if (c.family != Family::Mistral) {
+    out["attention_bias"] = c.attention_bias;
+    out["mlp_bias"] = c.mlp_bias;
+  } else {
+    out["sliding_window"] = c.sliding_window ? json(*c.sliding_window) : json(nullptr);
+  }
+  if (c.family == Family::Granite) {
+    out["embedding_multiplier"] = c.embedding_multiplier;
+    out["residual_multiplier"] = c.residual_multiplier;
+    out["logits_scaling"] = c.logits_scaling;
+    out["attention_multiplier"] = c.attention_multiplier.value_or(1.0);
+  }
+
+  json rope = json::object();
+  if (c.rope.type == RopeType::Linear) {
+    rope = {{"rope_type", "linear"}, {"factor", c.rope.factor}};
+  } else if (c.rope.type == RopeType::Llama3) {
+    rope = {{"rope_type", "llama3"},
+            {"factor", c.rope.factor},
+            {"low_freq_factor", c.rope.low_freq_factor},
+            {"high_freq_factor", c.rope.high_freq_factor},
+            {"original_max_position_embeddings", c.rope.original_max_position_embeddings}};
+  }
+  out.erase("rope_scaling");
+  out.erase("rope_parameters");
+  out.erase("rope_theta");
+  if (v4) {
+    out["rope_theta"] = c.rope.theta;
+    out["rope_scaling"] = rope.empty() ? json(nullptr) : rope;
+  } else {
+    if (rope.empty()) rope = {{"rope_type", "default"}};
+    rope["rope_theta"] = c.rope.theta;
+    out["rope_parameters"] = rope;
+  }
+
+  out.erase("torch_dtype");
+  out.erase("dtype");
+  out[v4 ? "torch_dtype" : "dtype"] = c.dtype;
+  out["bos_token_id"] = c.bos_token_id ? json(*c.bos_token_id) : json(nullptr);
+  if (c.eos_token_ids.empty()) {
+    out["eos_token_id"] = nullptr;
+  } else if (c.eos_token_ids.size() == 1) {
+    out["eos_token_id"] = c.eos_token_ids[0];
+  } else {
+    out["eos_token_id"] = c.eos_token_ids;
+  }
+  out["pad_token_id"] = c.pad_token_id ? json(*c.pad_token_id) : json(nullptr);
+  return out;
+}
+
+}  // namespace fptrain::models

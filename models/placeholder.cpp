@@ -1,1 +1,0 @@
-int fptrain_models_placeholder = 0;

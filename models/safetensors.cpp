@@ -1,0 +1,319 @@
+// Reading and writing safetensors files (format in safetensors.h).
+#include "models/safetensors.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace fptrain::models {
+namespace {
+
+using nlohmann::json;
+
+// The safetensors library refuses headers above 100 MB; so do we, because a
+// larger value means a corrupt length field, not a real header.
+constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
+
+struct DtypeName {
+  const char* name;
+  at::ScalarType type;
+};
+
+constexpr DtypeName kDtypes[] = {
+    {"F64", at::kDouble},         {"F32", at::kFloat},         {"F16", at::kHalf},
+    {"BF16", at::kBFloat16},      {"I64", at::kLong},          {"I32", at::kInt},
+    {"I16", at::kShort},          {"I8", at::kChar},           {"U8", at::kByte},
+    {"BOOL", at::kBool},          {"U16", at::kUInt16},        {"U32", at::kUInt32},
+    {"U64", at::kUInt64},         {"F8_E4M3", at::kFloat8_e4m3fn}, {"F8_E5M2", at::kFloat8_e5m2},
+};
+
+std::string errno_text() { return std::strerror(errno); }
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::string range_text(uint64_t begin, uint64_t end) {
+  return "[" + std::to_string(begin) + ", " + std::to_string(end) + "]";
+}
+
+uint64_t read_le64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+// Closes a file descriptor on every path out of a function.
+struct FdCloser {
+  int fd;
+  ~FdCloser() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+at::ScalarType safetensors_dtype(const std::string& name) {
+  for (const auto& d : kDtypes)
+    if (name == d.name) return d.type;
+  throw std::invalid_argument("unknown safetensors dtype '" + name + "'");
+}
+
+std::string safetensors_dtype_name(at::ScalarType dtype) {
+  for (const auto& d : kDtypes)
+    if (dtype == d.type) return d.name;
+  throw std::invalid_argument(std::string("no safetensors dtype for ") + c10::toString(dtype));
+}
+
+// ---- the mapping ------------------------------------------------------------
+
+struct SafetensorsFile::Mapping {
+  void* addr = nullptr;
+  size_t size = 0;
+  ~Mapping() {
+    if (addr) ::munmap(addr, size);
+  }
+};
+
+SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path) {
+  const std::string file = path.string();
+  auto fail = [&](const std::string& problem) -> void {
+    throw std::runtime_error(file + ": " + problem);
+  };
+
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail("cannot open: " + errno_text());
+  FdCloser closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) fail("cannot stat: " + errno_text());
+  if (!S_ISREG(st.st_mode)) fail("not a regular file");
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size < 8)
+    fail("truncated: the file has " + std::to_string(size) +
+         " bytes, fewer than the 8-byte header length field");
+
+  mapping_ = std::make_shared<Mapping>();
+  mapping_->addr = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (mapping_->addr == MAP_FAILED) {
+    mapping_->addr = nullptr;
+    fail("cannot mmap: " + errno_text());
+  }
+  mapping_->size = size;
+  const auto* bytes = static_cast<const uint8_t*>(mapping_->addr);
+
+  const uint64_t header_len = read_le64(bytes);
+  if (header_len > size - 8)
+    fail("header length " + std::to_string(header_len) + " runs past the end of the file (" +
+         std::to_string(size) + " bytes): the file is truncated or not safetensors");
+  if (header_len > kMaxHeaderBytes)
+    fail("header length " + std::to_string(header_len) + " exceeds the 100 MB limit: corrupt length field");
+  data_start_ = 8 + header_len;
+  const uint64_t data_size = size - data_start_;
+
+  json header;
+  try {
+    header = json::parse(reinterpret_cast<const char*>(bytes + 8),
+                         reinterpret_cast<const char*>(bytes + 8 + header_len));
+  } catch (const json::parse_error& e) {
+    fail(std::string("the header is not valid JSON: ") + e.what());
+  }
+  if (!header.is_object()) fail("the header is not a JSON object");
+
+  for (const auto& [name, value] : header.items()) {
+    if (name == "__metadata__") {
+      if (value.is_null()) continue;
+      if (!value.is_object()) fail("__metadata__ is not an object");
+      for (const auto& [k, v] : value.items()) {
+        if (!v.is_string()) fail("__metadata__ value for '" + k + "' is not a string");
+        metadata_[k] = v.get<std::string>();
+      }
+      continue;
+    }
+    const std::string where = "tensor '" + name + "': ";
+    if (!value.is_object()) fail(where + "entry is not an object");
+    SafetensorsEntry e;
+    e.name = name;
+
+    if (!value.contains("dtype") || !value["dtype"].is_string()) fail(where + "missing or non-string 'dtype'");
+    e.dtype_name = value["dtype"].get<std::string>();
+    try {
+      e.dtype = safetensors_dtype(e.dtype_name);
+    } catch (const std::invalid_argument&) {
+      fail(where + "unknown dtype '" + e.dtype_name + "'");
+    }
+
+    if (!value.contains("shape") || !value["shape"].is_array()) fail(where + "missing or non-list 'shape'");
+    // Count elements in 128 bits so absurd shapes cannot wrap around.
+    unsigned __int128 numel = 1;
+    for (const json& d : value["shape"]) {
+      if (!d.is_number_unsigned()) fail(where + "shape " + value["shape"].dump() + " has a non-integer or negative size");
+      e.shape.push_back(d.get<int64_t>());
+      numel *= d.get<uint64_t>();
+      if (numel > (static_cast<unsigned __int128>(1) << 64)) fail(where + "shape " + shape_text(e.shape) + " is absurdly large");
+    }
+
+    const json& offs = value.contains("data_offsets") ? value["data_offsets"] : json();
+    if (!offs.is_array() || offs.size() != 2 || !offs[0].is_number_unsigned() || !offs[1].is_number_unsigned())
+      fail(where + "'data_offsets' must be two non-negative integers, got " + offs.dump());
+    e.begin = offs[0].get<uint64_t>();
+    e.end = offs[1].get<uint64_t>();
+    if (e.end < e.begin) fail(where + "data_offsets " + range_text(e.begin, e.end) + " end before they begin");
+
+    const unsigned __int128 need = numel * c10::elementSize(e.dtype);
+    if (need != e.num_bytes())
+      fail(where + "shape " + shape_text(e.shape) + " of " + e.dtype_name + " needs " +
+           std::to_string(static_cast<uint64_t>(need)) + " bytes but data_offsets " + range_text(e.begin, e.end) +
+           " span " + std::to_string(e.num_bytes()) + " (dtype or shape does not match the data)");
+    if (e.end > data_size)
+      fail(where + "data_offsets " + range_text(e.begin, e.end) + " run past the end of the data section (" +
+           std::to_string(data_size) + " bytes): the file is truncated");
+    entries_.push_back(std::move(e));
+  }
+
+  std::sort(entries_.begin(), entries_.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  const SafetensorsEntry* prev = nullptr;
+  for (const auto& e : entries_) {
+    if (e.num_bytes() == 0) continue;  // empty tensors occupy no bytes
+    if (prev && e.begin < prev->end)
+      fail("tensors '" + prev->name + "' " + range_text(prev->begin, prev->end) + " and '" + e.name + "' " +
+           range_text(e.begin, e.end) + " have overlapping data_offsets");
+    prev = &e;
+  }
+  for (size_t i = 0; i < entries_.size(); ++i) index_[entries_[i].name] = i;
+}
+
+uint64_t SafetensorsFile::file_size() const { return mapping_->size; }
+
+const SafetensorsEntry* SafetensorsFile::find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &entries_[it->second];
+}
+
+const SafetensorsEntry& SafetensorsFile::at(const std::string& name) const {
+  const SafetensorsEntry* e = find(name);
+  if (!e) throw std::runtime_error(path_.string() + ": no tensor named '" + name + "'");
+  return *e;
+}
+
+const uint8_t* SafetensorsFile::data(const SafetensorsEntry& entry) const {
+  return static_cast<const uint8_t*>(mapping_->addr) + data_start_ + entry.begin;
+}
+
+at::Tensor SafetensorsFile::view(const SafetensorsEntry& entry) const {
+  auto* ptr = const_cast<uint8_t*>(data(entry));
+  const size_t item = c10::elementSize(entry.dtype);
+  // Headers are not always padded, so a tensor may start misaligned; give an
+  // owned (aligned) copy then rather than a view kernels may mishandle.
+  if (reinterpret_cast<uintptr_t>(ptr) % item != 0) return read(entry.name);
+  std::shared_ptr<Mapping> keep = mapping_;
+  return at::from_blob(
+      ptr, entry.shape, [keep](void*) mutable { keep.reset(); },
+      at::TensorOptions().dtype(entry.dtype).device(at::kCPU));
+}
+
+at::Tensor SafetensorsFile::read(const std::string& name) const {
+  const SafetensorsEntry& e = at(name);
+  at::Tensor out = at::empty(e.shape, at::TensorOptions().dtype(e.dtype));
+  if (e.num_bytes()) std::memcpy(out.data_ptr(), data(e), e.num_bytes());
+  return out;
+}
+
+void SafetensorsFile::advise_sequential() const {
+  ::madvise(mapping_->addr, mapping_->size, MADV_SEQUENTIAL | MADV_WILLNEED);
+}
+
+TensorMap read_safetensors(const std::filesystem::path& path) {
+  SafetensorsFile file(path);
+  TensorMap out;
+  for (const auto& e : file.entries()) out.emplace(e.name, file.read(e.name));
+  return out;
+}
+
+// ---- writing ----------------------------------------------------------------
+
+namespace {
+
+void write_all(int fd, const void* data, size_t n, const std::string& file) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, std::min<size_t>(n, 1u << 30));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error(file + ": write failed: " + errno_text());
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+}  // namespace
+
+void write_safetensors(const std::filesystem::path& path, const TensorMap& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  const std::string file = path.string();
+  json header = json::object();
+  json meta = json::object();
+  for (const auto& [k, v] : metadata) meta[k] = v;
+  if (!meta.contains("format")) meta["format"] = "pt";
+  header["__metadata__"] = meta;
+
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    if (name == "__metadata__") throw std::invalid_argument(file + ": '__metadata__' is not a tensor name");
+    if (!t.defined()) throw std::invalid_argument(file + ": tensor '" + name + "' is undefined");
+    std::string dtype;
+    try {
+      dtype = safetensors_dtype_name(t.scalar_type());
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(file + ": tensor '" + name + "': " + e.what());
+    }
+    const uint64_t bytes = static_cast<uint64_t>(t.numel()) * t.element_size();
+    header[name] = {{"dtype", dtype}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // data starts 8-byte aligned
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
+
+  const std::filesystem::path tmp =
+      path.parent_path() / ("." + path.filename().string() + ".tmp." + std::to_string(::getpid()));
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error(tmp.string() + ": cannot create: " + errno_text());
+  try {
+    FdCloser closer{fd};
+    write_all(fd, len, 8, file);
+    write_all(fd, text.data(), text.size(), file);
+    for (const auto& [name, t] : tensors) {
+      const at::Tensor cpu = t.detach().to(at::kCPU).contiguous();
+      if (cpu.numel()) write_all(fd, cpu.data_ptr(), cpu.numel() * cpu.element_size(), file);
+    }
+    if (::fsync(fd) != 0) throw std::runtime_error(file + ": fsync failed: " + errno_text());
+  } catch (...) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    throw;
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    throw std::runtime_error(file + ": cannot move the finished file into place: " + ec.message());
+  }
+}
+
+}  // namespace fptrain::models
