@@ -1,0 +1,284 @@
+#include "data/batch_stream.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+#include <stdexcept>
+
+#include "data/batch_builder.h"
+#include "data/batch_planner.h"
+
+namespace fptrain::data {
+namespace {
+
+std::string fingerprint_of(const DataOptions& o, const ExampleSource& src) {
+  std::ostringstream s;
+  for (size_t f = 0; f < src.num_files(); ++f)
+    s << src.file(f).path().string() << '|' << src.file(f).file_size() << '|' << src.file(f).num_lines() << '|'
+      << o.files[f].weight << '|' << to_string(src.format(f)) << ';';
+  s << o.max_length << to_string(o.overlong) << to_string(src.chat_template()) << to_string(o.loss_mask)
+    << to_string(o.batching) << o.examples_per_micro_batch << '|' << o.max_tokens << '|' << o.shuffle_window
+    << '|' << o.shuffle << '|' << o.seed << '|' << o.world_size << '|' << o.micro_batches_per_step;
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (char c : s.str()) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+}  // namespace
+
+BatchStream::BatchStream(const DataOptions& options, const ExampleSource& source, WorkerPool& pool,
+                         int32_t pad_id)
+    : options_(options), source_(source), pool_(pool), pad_id_(pad_id),
+      fingerprint_(fingerprint_of(options, source)) {
+  start_epoch(0, 0);
+}
+
+void BatchStream::start_epoch(int64_t epoch, int64_t position) {
+  epoch_ = epoch;
+  std::vector<double> weights;
+  for (const auto& f : options_.files) weights.push_back(f.weight);
+  order_ = make_epoch_order(source_.lines_per_file(), weights, options_.shuffle, options_.seed, epoch);
+  if (position < 0 || position > static_cast<int64_t>(order_.size()))
+    throw std::runtime_error("data cursor: position " + std::to_string(position) + " is outside epoch " +
+                             std::to_string(epoch) + " (" + std::to_string(order_.size()) + " examples)");
+  position_ = position;
+  lookahead_.clear();
+  lookahead_errors_.clear();
+  window_.clear();
+  window_done_ = 0;
+}
+
+void BatchStream::restore(const DataCursor& c) {
+  if (c.fingerprint != fingerprint_)
+    throw std::runtime_error("data cursor: it was saved with other data files or data options (fingerprint " +
+                             c.fingerprint + ", now " + fingerprint_ + "); the data stream cannot be resumed");
+  stats_ = c.stats;
+  step_ = c.step;
+  if (c.epoch >= options_.epochs) {
+    finished_ = true;
+    epoch_ = c.epoch;
+    order_.clear();
+    position_ = 0;
+    return;
+  }
+  finished_ = false;
+  start_epoch(c.epoch, c.position);
+  if (c.window_batches_done > 0) {
+    if (options_.batching != BatchMode::kPack || !load_window(/*account=*/false) ||
+        static_cast<int64_t>(window_.size()) < c.window_batches_done)
+      throw std::runtime_error("data cursor: window_batches_done does not match the data");
+    for (int64_t i = 0; i < c.window_batches_done; ++i) window_.pop_front();
+    window_done_ = c.window_batches_done;
+  }
+}
+
+DataCursor BatchStream::cursor() const {
+  DataCursor c;
+  c.epoch = epoch_;
+  c.step = step_;
+  c.fingerprint = fingerprint_;
+  c.stats = stats_;
+  if (!window_.empty()) {
+    c.position = window_start_;
+    c.window_batches_done = window_done_;
+  } else {
+    c.position = position_;
+  }
+  return c;
+}
+
+std::shared_ptr<const ProcessedExample> BatchStream::next_example(bool account_it) {
+  if (lookahead_.empty()) {
+    // Process the next block in parallel; slot i holds example position_ + i.
+    const int64_t block = std::max<int64_t>(32, 64 * (pool_.threads() + 1));
+    const size_t n = static_cast<size_t>(std::min<int64_t>(block, order_.size() - position_));
+    std::vector<std::shared_ptr<const ProcessedExample>> out(n);
+    std::vector<std::exception_ptr> errors(n);
+    pool_.parallel_for(n, [&](size_t i) {
+      try {
+        out[i] = std::make_shared<ProcessedExample>(source_.process(order_[position_ + i]));
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    });
+    lookahead_.assign(out.begin(), out.end());
+    lookahead_errors_.assign(errors.begin(), errors.end());
+  }
+  auto ex = std::move(lookahead_.front());
+  auto error = lookahead_errors_.front();
+  lookahead_.pop_front();
+  lookahead_errors_.pop_front();
+  if (error) std::rethrow_exception(error);
+  ++position_;
+  if (account_it) account(*ex);
+  return ex;
+}
+
+void BatchStream::account(const ProcessedExample& ex) {
+  DataStats& s = stats_;
+  ++s.seen;
+  switch (ex.status) {
+    case ExampleStatus::kUsed:
+    case ExampleStatus::kTruncated:
+      (ex.status == ExampleStatus::kUsed ? s.used : s.truncated) += 1;
+      s.tokens += ex.length();
+      s.supervised_tokens += ex.supervised;
+      s.truncated_tokens += ex.original_length - ex.length();
+      break;
+    case ExampleStatus::kDropped:
+      ++s.dropped;
+      if (s.first_dropped.size() < DataStats::kFirstLinesKept) s.first_dropped.push_back(source_.where(ex.file, ex.line));
+      break;
+    case ExampleStatus::kSkipped: {
+      if (is_bad_line(ex.reason) && options_.bad_lines == BadLinePolicy::kError)
+        throw std::runtime_error(source_.where(ex.file, ex.line) + ": " + ex.problem +
+                                 " (set data.bad_lines: skip to skip such lines)");
+      const int r = static_cast<int>(ex.reason);
+      ++s.skipped[r];
+      if (s.first_skipped[r].size() < DataStats::kFirstLinesKept)
+        s.first_skipped[r].push_back(source_.where(ex.file, ex.line));
+      if (ex.reason == SkipReason::kZeroSupervised) check_zero_supervised(false);
+      break;
+    }
+  }
+}
+
+void BatchStream::check_zero_supervised(bool end_of_epoch) const {
+  const int64_t zero = stats_.skipped[static_cast<int>(SkipReason::kZeroSupervised)];
+  if (stats_.seen == 0 || (!end_of_epoch && stats_.seen < 1000)) return;
+  if (static_cast<double>(zero) <= options_.max_zero_supervised_fraction * static_cast<double>(stats_.seen)) return;
+  std::string first;
+  for (const auto& w : stats_.first_skipped[static_cast<int>(SkipReason::kZeroSupervised)]) first += " " + w;
+  throw std::runtime_error("data: " + std::to_string(zero) + " of " + std::to_string(stats_.seen) +
+                           " examples have no supervised token, more than max_zero_supervised_fraction = " +
+                           std::to_string(options_.max_zero_supervised_fraction) + " (first:" + first +
+                           "); check the loss mask, max_length and the data");
+}
+
+BatchStream::MicroBatchPlan BatchStream::make_plan(std::vector<std::shared_ptr<const ProcessedExample>> exs) const {
+  MicroBatchPlan p;
+  int64_t longest = 0, sum = 0;
+  for (const auto& e : exs) {
+    longest = std::max(longest, e->length());
+    sum += e->length();
+    p.supervised += e->supervised;
+  }
+  p.tokens = options_.batching == BatchMode::kPad ? longest * static_cast<int64_t>(exs.size()) : sum;
+  p.padding = p.tokens - sum;
+  p.examples = std::move(exs);
+  return p;
+}
+
+bool BatchStream::load_window(bool account_it) {
+  window_start_ = position_;
+  window_.clear();
+  window_done_ = 0;
+  std::vector<std::shared_ptr<const ProcessedExample>> used;
+  std::vector<int64_t> lengths;
+  for (int64_t i = 0; i < options_.shuffle_window && !feed_done(); ++i) {
+    auto ex = next_example(account_it);
+    if (!ex->trained()) continue;
+    lengths.push_back(ex->length());
+    used.push_back(std::move(ex));
+  }
+  for (const auto& bin : plan_pack_window(lengths, options_.max_tokens, options_.seed, epoch_, window_start_)) {
+    std::vector<std::shared_ptr<const ProcessedExample>> exs;
+    for (size_t i : bin) exs.push_back(used[i]);
+    window_.push_back(make_plan(std::move(exs)));
+  }
+  return !window_.empty();
+}
+
+std::optional<BatchStream::MicroBatchPlan> BatchStream::next_micro_batch() {
+  if (options_.batching == BatchMode::kPack) {
+    while (window_.empty()) {
+      if (feed_done()) return std::nullopt;
+      load_window(/*account=*/true);
+    }
+    MicroBatchPlan p = std::move(window_.front());
+    window_.pop_front();
+    ++window_done_;
+    return p;
+  }
+  std::vector<std::shared_ptr<const ProcessedExample>> exs;
+  while (static_cast<int64_t>(exs.size()) < options_.examples_per_micro_batch && !feed_done()) {
+    auto ex = next_example(/*account=*/true);
+    if (ex->trained()) exs.push_back(std::move(ex));
+  }
+  if (exs.empty()) return std::nullopt;
+  return make_plan(std::move(exs));
+}
+
+PackedBatch BatchStream::build(const MicroBatchPlan& plan) const {
+  std::vector<const ProcessedExample*> exs;
+  for (const auto& e : plan.examples) exs.push_back(e.get());
+  return options_.batching == BatchMode::kPad ? build_padded_batch(exs, pad_id_) : build_flat_batch(exs);
+}
+
+std::optional<TrainStep> BatchStream::next_step() {
+  const size_t want = static_cast<size_t>(options_.world_size * options_.micro_batches_per_step);
+  while (!finished_) {
+    std::vector<MicroBatchPlan> plans;
+    bool epoch_end = false;
+    while (plans.size() < want) {
+      auto mb = next_micro_batch();
+      if (!mb) {
+        epoch_end = true;
+        break;
+      }
+      plans.push_back(std::move(*mb));
+    }
+    if (!epoch_end && window_.empty() && feed_done()) epoch_end = true;
+
+    TrainStep s;
+    if (!plans.empty()) {
+      const int W = options_.world_size;
+      std::vector<int64_t> tokens;
+      for (const auto& p : plans) tokens.push_back(p.tokens);
+      const auto ranks = assign_ranks(tokens, W, options_.batching == BatchMode::kPack);
+      const size_t per_rank = (plans.size() + W - 1) / W;
+      s.rank_tokens.assign(W, 0);
+      for (size_t j = 0; j < plans.size(); ++j) {
+        s.rank_tokens[ranks[j]] += plans[j].tokens;
+        s.global_examples += static_cast<int64_t>(plans[j].examples.size());
+        s.global_tokens += plans[j].tokens;
+        s.global_padding += plans[j].padding;
+        s.global_supervised += plans[j].supervised;
+        if (ranks[j] == options_.rank) s.micro_batches.push_back(build(plans[j]));
+      }
+      while (s.micro_batches.size() < per_rank) {
+        PackedBatch empty;
+        empty.cu_seqlens = {0};
+        s.micro_batches.push_back(std::move(empty));
+      }
+      s.global_micro_batches = static_cast<int64_t>(plans.size());
+      const double mean = static_cast<double>(s.global_tokens) / W;
+      const int64_t top = *std::max_element(s.rank_tokens.begin(), s.rank_tokens.end());
+      s.rank_imbalance = mean > 0 ? static_cast<double>(top) / mean - 1.0 : 0.0;
+      s.epoch = epoch_;
+    }
+    if (epoch_end) {
+      check_zero_supervised(true);
+      if (epoch_ + 1 >= options_.epochs) {
+        finished_ = true;
+        epoch_ += 1;
+        order_.clear();
+        position_ = 0;
+        lookahead_.clear();
+        lookahead_errors_.clear();
+      } else {
+        start_epoch(epoch_ + 1, 0);
+      }
+    }
+    if (plans.empty()) continue;
+    s.last_of_epoch = epoch_end;
+    s.step = step_++;
+    s.cursor = cursor();
+    return s;
+  }
+  return std::nullopt;
+}
+
+}  // namespace fptrain::data

@@ -1,0 +1,95 @@
+// The deterministic core of the pipeline: epoch order -> processed examples
+// (in parallel, in order) -> micro-batches -> optimizer steps for one rank.
+// Single-threaded from the caller's view; DataPipeline runs it ahead on a
+// producer thread.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "data/data_cursor.h"
+#include "data/data_options.h"
+#include "data/example_source.h"
+#include "data/packed_batch.h"
+#include "data/worker_pool.h"
+
+namespace fptrain::data {
+
+// One optimizer step as seen by one rank.
+struct TrainStep {
+  int64_t step = 0;   // 0-based, across epochs
+  int64_t epoch = 0;
+  bool last_of_epoch = false;
+  // This rank's micro-batches. Every rank gets the same number; at the end of
+  // an epoch a rank may get empty ones (num_tokens == 0, cu_seqlens {0}).
+  std::vector<PackedBatch> micro_batches;
+  // Totals over all ranks and micro-batches of the step, known before the
+  // step runs and identical on every rank: the loss divides by
+  // global_supervised without waiting for an all-reduce.
+  int64_t global_micro_batches = 0;
+  int64_t global_examples = 0;
+  int64_t global_tokens = 0;  // padding included
+  int64_t global_padding = 0;
+  int64_t global_supervised = 0;
+  std::vector<int64_t> rank_tokens;  // tokens per rank
+  double rank_imbalance = 0.0;       // max(rank_tokens) / mean - 1
+  DataCursor cursor;                 // resume here to continue after this step
+};
+
+class BatchStream {
+ public:
+  BatchStream(const DataOptions& options, const ExampleSource& source, WorkerPool& pool, int32_t pad_id);
+
+  // Continue after a saved cursor (before the first next_step()).
+  void restore(const DataCursor& cursor);
+  // nullopt once `epochs` epochs are done.
+  std::optional<TrainStep> next_step();
+
+  DataCursor cursor() const;
+  const DataStats& stats() const { return stats_; }
+  const std::string& fingerprint() const { return fingerprint_; }
+
+  // Exposed for the data report.
+  struct MicroBatchPlan {
+    std::vector<std::shared_ptr<const ProcessedExample>> examples;
+    int64_t tokens = 0;  // padding included
+    int64_t padding = 0;
+    int64_t supervised = 0;
+  };
+
+ private:
+  void start_epoch(int64_t epoch, int64_t position);
+  bool feed_done() const { return position_ >= static_cast<int64_t>(order_.size()); }
+  std::shared_ptr<const ProcessedExample> next_example(bool account);
+  void account(const ProcessedExample& ex);
+  void check_zero_supervised(bool end_of_epoch) const;
+  std::optional<MicroBatchPlan> next_micro_batch();
+  bool load_window(bool account);
+  MicroBatchPlan make_plan(std::vector<std::shared_ptr<const ProcessedExample>> examples) const;
+  PackedBatch build(const MicroBatchPlan& plan) const;
+
+  const DataOptions& options_;
+  const ExampleSource& source_;
+  WorkerPool& pool_;
+  int32_t pad_id_;
+  std::string fingerprint_;
+
+  int64_t epoch_ = 0;
+  bool finished_ = false;
+  std::vector<ExampleRef> order_;
+  int64_t position_ = 0;  // next example of order_ to hand out
+  // Processed look-ahead: results for order_[lookahead_start_ ...].
+  std::deque<std::shared_ptr<const ProcessedExample>> lookahead_;
+  std::deque<std::exception_ptr> lookahead_errors_;
+  // Pack mode: the current window's remaining micro-batches.
+  std::deque<MicroBatchPlan> window_;
+  int64_t window_start_ = 0;
+  int64_t window_done_ = 0;
+
+  int64_t step_ = 0;
+  DataStats stats_;
+};
+
+}  // namespace fptrain::data

@@ -1,0 +1,94 @@
+// Everything the data pipeline is configured by: a plain struct the trainer
+// fills from the `data:` section of its YAML config. Enum values parse from
+// the same lower-case names the YAML uses (see data/README.md).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fptrain::data {
+
+// How one JSONL line is read. kAuto: detected per file from its first lines.
+enum class ExampleFormat { kAuto, kMessages, kPromptCompletion, kAlpaca, kText, kTokens };
+// What a malformed line does: stop with file:line and the problem, or skip it (counted).
+enum class BadLinePolicy { kError, kSkip };
+// What an example longer than max_length does.
+enum class OverlongPolicy { kTruncate, kDrop };
+// Native chat template renderers. kAuto: detected from tokenizer_config.json's chat_template.
+enum class ChatTemplateKind { kAuto, kNone, kLlama3, kLlama2, kMistral, kGranite3 };
+// Which tokens of a `messages` example are supervised.
+enum class ChatLossMask { kAssistant, kLastAssistant, kAll };
+// flatten: N examples per micro-batch, concatenated (HF DataCollatorWithFlattening).
+// pad: N examples, each padded to the longest (the baseline; pads are computed).
+// pack: best-fit-decreasing into a token budget per micro-batch.
+enum class BatchMode { kFlatten, kPad, kPack };
+
+struct DataFile {
+  std::filesystem::path path;
+  // Examples of this file per epoch = round(weight x lines): 2.0 = every line
+  // twice, 0.5 = a seeded half (a different half each epoch).
+  double weight = 1.0;
+  ExampleFormat format = ExampleFormat::kAuto;
+};
+
+struct DataOptions {
+  std::vector<DataFile> files;
+
+  // Examples and labels.
+  int64_t max_length = 4096;  // tokens per example
+  OverlongPolicy overlong = OverlongPolicy::kTruncate;
+  BadLinePolicy bad_lines = BadLinePolicy::kError;
+  // Examples with no supervised token are skipped; above this fraction of the
+  // examples seen the pipeline stops with an error (checked from 1000 examples
+  // on, and at the end of every epoch).
+  double max_zero_supervised_fraction = 0.01;
+  ChatTemplateKind chat_template = ChatTemplateKind::kAuto;
+  std::filesystem::path tokenizer_dir;  // where kAuto reads tokenizer_config.json
+  ChatLossMask loss_mask = ChatLossMask::kAssistant;
+  // Padding id for `pad` mode. Unset: chosen by choose_pad_id() (never EOS).
+  std::optional<int32_t> pad_id;
+
+  // Batching.
+  BatchMode batching = BatchMode::kFlatten;
+  int64_t examples_per_micro_batch = 8;  // flatten, pad
+  int64_t max_tokens = 16384;            // pack: token budget per micro-batch
+  int64_t shuffle_window = 4096;         // pack: examples best-fit-decreasing sees at once
+  bool shuffle = true;                   // a seeded permutation of the epoch
+  uint64_t seed = 1234;
+  int64_t epochs = 1;
+
+  // Data parallelism and gradient accumulation: one optimizer step consumes
+  // world_size x micro_batches_per_step micro-batches.
+  int world_size = 1;
+  int rank = 0;
+  int64_t micro_batches_per_step = 1;
+
+  // Tokenization runs on this many threads besides the producer (0: inline);
+  // finished steps wait in a queue of prefetch_steps.
+  int workers = 2;
+  int prefetch_steps = 4;
+};
+
+// Throws std::invalid_argument naming the option and the problem.
+void validate_options(const DataOptions& options);
+
+// Parsers for the YAML names; `key` is named in the error message.
+ExampleFormat parse_example_format(std::string_view value, std::string_view key = "format");
+BadLinePolicy parse_bad_line_policy(std::string_view value, std::string_view key = "bad_lines");
+OverlongPolicy parse_overlong_policy(std::string_view value, std::string_view key = "overlong");
+ChatTemplateKind parse_chat_template(std::string_view value, std::string_view key = "chat_template");
+ChatLossMask parse_chat_loss_mask(std::string_view value, std::string_view key = "loss_mask");
+BatchMode parse_batch_mode(std::string_view value, std::string_view key = "batching");
+
+const char* to_string(ExampleFormat v);
+const char* to_string(BadLinePolicy v);
+const char* to_string(OverlongPolicy v);
+const char* to_string(ChatTemplateKind v);
+const char* to_string(ChatLossMask v);
+const char* to_string(BatchMode v);
+
+}  // namespace fptrain::data

@@ -1,0 +1,199 @@
+#include "data/example_parser.h"
+
+#include <nlohmann/json.hpp>
+
+#include <limits>
+
+#include "data/utf8_check.h"
+
+namespace fptrain::data {
+namespace {
+
+using nlohmann::json;
+
+const char* json_type(const json& v) { return v.type_name(); }
+
+const json& field(const json& obj, const char* key) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null())
+    throw BadLine(SkipReason::kMissingField, std::string("missing field '") + key + "'");
+  return *it;
+}
+
+std::string string_field(const json& obj, const char* key, bool optional = false) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) {
+    if (optional) return {};
+    throw BadLine(SkipReason::kMissingField, std::string("missing field '") + key + "'");
+  }
+  if (!it->is_string())
+    throw BadLine(SkipReason::kWrongType, std::string("field '") + key + "' must be a string, got " +
+                                              json_type(*it));
+  return it->get<std::string>();
+}
+
+std::vector<Message> parse_messages(const json& list, const char* key) {
+  if (!list.is_array())
+    throw BadLine(SkipReason::kWrongType,
+                  std::string("field '") + key + "' must be a list of messages, got " + json_type(list));
+  std::vector<Message> out;
+  out.reserve(list.size());
+  for (size_t i = 0; i < list.size(); ++i) {
+    const json& m = list[i];
+    const std::string where = std::string(key) + "[" + std::to_string(i) + "]";
+    if (!m.is_object())
+      throw BadLine(SkipReason::kWrongType, where + " must be an object, got " + json_type(m));
+    auto role = m.find("role");
+    auto content = m.find("content");
+    if (role == m.end()) throw BadLine(SkipReason::kMissingField, where + ": missing field 'role'");
+    if (content == m.end()) throw BadLine(SkipReason::kMissingField, where + ": missing field 'content'");
+    if (!role->is_string())
+      throw BadLine(SkipReason::kWrongType, where + ".role must be a string, got " + json_type(*role));
+    if (!content->is_string())
+      throw BadLine(SkipReason::kWrongType, where + ".content must be a string, got " + json_type(*content));
+    Message msg{role->get<std::string>(), content->get<std::string>(), false};
+    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant")
+      throw BadLine(SkipReason::kInvalidValue,
+                    where + ".role '" + msg.role + "' is not one of system, user, assistant");
+    out.push_back(std::move(msg));
+  }
+  if (out.empty()) throw BadLine(SkipReason::kInvalidValue, std::string("field '") + key + "' is empty");
+  return out;
+}
+
+std::vector<int32_t> parse_ids(const json& list, const char* key, bool allow_ignore) {
+  if (!list.is_array())
+    throw BadLine(SkipReason::kWrongType,
+                  std::string("field '") + key + "' must be a list of integers, got " + json_type(list));
+  std::vector<int32_t> out;
+  out.reserve(list.size());
+  for (size_t i = 0; i < list.size(); ++i) {
+    const json& v = list[i];
+    if (!v.is_number_integer())
+      throw BadLine(SkipReason::kWrongType, std::string(key) + "[" + std::to_string(i) +
+                                                "] must be an integer, got " + json_type(v));
+    const int64_t x = v.get<int64_t>();
+    const bool ok = (x >= 0 && x <= std::numeric_limits<int32_t>::max()) || (allow_ignore && x == -100);
+    if (!ok)
+      throw BadLine(SkipReason::kInvalidValue,
+                    std::string(key) + "[" + std::to_string(i) + "] = " + std::to_string(x) + " is out of range");
+    out.push_back(static_cast<int32_t>(x));
+  }
+  return out;
+}
+
+ExampleFormat format_of_object(const json& obj) {
+  if (obj.contains("messages")) return ExampleFormat::kMessages;
+  if (obj.contains("input_ids")) return ExampleFormat::kTokens;
+  if (obj.contains("prompt") && obj.contains("completion")) return ExampleFormat::kPromptCompletion;
+  if (obj.contains("instruction") && obj.contains("output")) return ExampleFormat::kAlpaca;
+  if (obj.contains("text")) return ExampleFormat::kText;
+  return ExampleFormat::kAuto;
+}
+
+}  // namespace
+
+ExampleFormat format_of_keys(std::string_view line) {
+  json obj = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!obj.is_object()) return ExampleFormat::kAuto;
+  return format_of_object(obj);
+}
+
+ExampleFormat detect_format(const JsonlFile& file) {
+  const size_t probe = std::min<size_t>(file.num_lines(), 64);
+  for (size_t i = 0; i < probe; ++i) {
+    const ExampleFormat f = format_of_keys(file.read_line(i));
+    if (f != ExampleFormat::kAuto) return f;
+  }
+  throw std::runtime_error(
+      file.path().string() + ": cannot detect the data format: none of the first " + std::to_string(probe) +
+      " lines is a JSON object with 'messages', 'prompt'+'completion', 'instruction'+'output', 'text' or "
+      "'input_ids'; set the file's format in the config");
+}
+
+RawExample parse_example(std::string_view line, ExampleFormat format) {
+  const size_t bad = find_invalid_utf8(line);
+  if (bad != std::string_view::npos)
+    throw BadLine(SkipReason::kInvalidUtf8, "invalid UTF-8 at byte " + std::to_string(bad));
+  json obj = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (obj.is_discarded()) {
+    // Parse again for the parser's own description of the problem.
+    try {
+      (void)json::parse(line);
+    } catch (const json::parse_error& e) {
+      throw BadLine(SkipReason::kMalformedJson, std::string("malformed JSON: ") + e.what());
+    }
+    throw BadLine(SkipReason::kMalformedJson, "malformed JSON");
+  }
+  if (!obj.is_object())
+    throw BadLine(SkipReason::kWrongType, std::string("line must be a JSON object, got ") + json_type(obj));
+
+  RawExample ex;
+  ex.format = format;
+  switch (format) {
+    case ExampleFormat::kMessages:
+      ex.messages = parse_messages(field(obj, "messages"), "messages");
+      break;
+    case ExampleFormat::kPromptCompletion: {
+      const json& prompt = field(obj, "prompt");
+      const json& completion = field(obj, "completion");
+      if (prompt.is_array() || completion.is_array()) {
+        // Conversational prompt/completion: turns of the completion are supervised.
+        ex.messages = parse_messages(prompt, "prompt");
+        auto tail = parse_messages(completion, "completion");
+        for (auto& m : tail) m.supervised = m.role == "assistant";
+        ex.messages.insert(ex.messages.end(), tail.begin(), tail.end());
+      } else {
+        ex.prompt = string_field(obj, "prompt");
+        ex.completion = string_field(obj, "completion");
+      }
+      break;
+    }
+    case ExampleFormat::kAlpaca: {
+      const std::string instruction = string_field(obj, "instruction");
+      const std::string input = string_field(obj, "input", /*optional=*/true);
+      const std::string output = string_field(obj, "output");
+      // Kept as a two-turn conversation; the encoder renders it with the chat
+      // template, or with the Alpaca prompt when there is none.
+      ex.messages = {{"user", input.empty() ? instruction : instruction + "\n\n" + input, false},
+                     {"assistant", output, true}};
+      ex.prompt = instruction;
+      ex.text = input;
+      ex.completion = output;
+      break;
+    }
+    case ExampleFormat::kText:
+      ex.text = string_field(obj, "text");
+      break;
+    case ExampleFormat::kTokens: {
+      ex.input_ids = parse_ids(field(obj, "input_ids"), "input_ids", false);
+      auto it = obj.find("labels");
+      if (it != obj.end() && !it->is_null()) {
+        ex.labels = parse_ids(*it, "labels", true);
+        if (ex.labels.size() != ex.input_ids.size())
+          throw BadLine(SkipReason::kInvalidValue, "labels has " + std::to_string(ex.labels.size()) +
+                                                       " entries but input_ids has " +
+                                                       std::to_string(ex.input_ids.size()));
+      }
+      if (ex.input_ids.empty()) throw BadLine(SkipReason::kInvalidValue, "input_ids is empty");
+      break;
+    }
+    case ExampleFormat::kAuto:
+      throw std::logic_error("parse_example: format must be resolved first");
+  }
+  return ex;
+}
+
+const char* to_string(SkipReason r) {
+  switch (r) {
+    case SkipReason::kMalformedJson: return "malformed_json";
+    case SkipReason::kInvalidUtf8: return "invalid_utf8";
+    case SkipReason::kMissingField: return "missing_field";
+    case SkipReason::kWrongType: return "wrong_type";
+    case SkipReason::kInvalidValue: return "invalid_value";
+    case SkipReason::kZeroSupervised: return "zero_supervised";
+  }
+  return "?";
+}
+
+}  // namespace fptrain::data

@@ -1,1 +1,0 @@
-int fptrain_data_placeholder = 0;
