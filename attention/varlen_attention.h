@@ -28,6 +28,10 @@ struct VarlenSpec {
   // (Hugging Face's sliding_window semantics: `window` keys including itself).
   int64_t window = 0;
   double softmax_scale = 1.0;
+  // Optional host (CPU) copy of cu_seqlens. The reference backend needs the
+  // boundaries on the host; passing them here spares it a device-to-host copy,
+  // and lets the dispatcher validate them without a sync.
+  at::Tensor cu_seqlens_cpu;
 };
 
 // q [T, Hq, D], k and v [T, Hkv, D] with Hq % Hkv == 0 (GQA). Returns [T, Hq, D]
