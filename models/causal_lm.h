@@ -4,22 +4,26 @@
 
 #include "attention/varlen_attention.h"
 #include "models/model_config.h"
+#include "models/rope.h"
+#include "models/tensor_map.h"
 
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <map>
 #include <string>
 
 namespace fptrain::models {
-
-// Parameters by their Hugging Face names ("model.layers.0.self_attn.q_proj.weight").
-using TensorMap = std::map<std::string, at::Tensor>;
 
 struct PackedInput {
   at::Tensor input_ids;     // int64 [T] on the model's device
   at::Tensor position_ids;  // int64 [T], restarting at 0 per example
   at::Tensor cu_seqlens;    // int32 [B+1] on the model's device
   int64_t max_seqlen = 0;
+  // Optional host copy of cu_seqlens (the batcher has it). When given, the
+  // boundaries are validated without a device sync, and the reference attention
+  // backend reads them from here.
+  at::Tensor cu_seqlens_cpu;
 };
 
 struct LossOutput {
@@ -29,11 +33,15 @@ struct LossOutput {
 
 class CausalLM {
  public:
+  // `parameters` must hold exactly the tensors of expected_parameter_shapes(config)
+  // (models/checkpoint.h), all of one floating dtype on one device; they are used
+  // as given (set requires_grad on them to train).
   CausalLM(ModelConfig config, TensorMap parameters, attention::Backend backend);
 
   const ModelConfig& config() const { return config_; }
   TensorMap& parameters() { return params_; }
   const TensorMap& parameters() const { return params_; }
+  attention::Backend backend() const { return backend_; }
 
   at::Tensor hidden_states(const PackedInput& input) const;  // [T, hidden], after the final norm
   at::Tensor logits(const PackedInput& input) const;         // [T, vocab]
@@ -41,10 +49,30 @@ class CausalLM {
   // position t predicts labels[t+1].
   LossOutput loss(const PackedInput& input, const at::Tensor& labels) const;
 
+  // Optional wrapper around each decoder layer, used by the trainer for
+  // activation checkpointing: when set, hidden_states() computes layer i as
+  // runner(i, x, run) instead of run(x). `run` may be called again after
+  // hidden_states() returned (recomputation during backward), so it holds
+  // everything it needs by value.
+  using LayerFn = std::function<at::Tensor(const at::Tensor& hidden)>;
+  using LayerRunner = std::function<at::Tensor(int64_t layer, const at::Tensor& hidden, const LayerFn& run)>;
+  void set_layer_runner(LayerRunner runner) { layer_runner_ = std::move(runner); }
+
  private:
+  const at::Tensor& weight(const std::string& name) const;
+  at::Tensor bias(const std::string& name, bool present) const;  // undefined when absent
+  attention::VarlenSpec attention_spec(const PackedInput& input) const;
+  at::Tensor decoder_layer(int64_t layer, const at::Tensor& x, const RotaryTables& rope,
+                           const attention::VarlenSpec& spec) const;
+  at::Tensor self_attention(const std::string& prefix, const at::Tensor& x, const RotaryTables& rope,
+                            const attention::VarlenSpec& spec) const;
+  at::Tensor mlp(const std::string& prefix, const at::Tensor& x) const;
+
   ModelConfig config_;
   TensorMap params_;
   attention::Backend backend_;
+  at::Tensor inv_freq_;  // RoPE inverse frequencies, fp32 on the parameters' device
+  LayerRunner layer_runner_;
 };
 
 }  // namespace fptrain::models

@@ -1,0 +1,207 @@
+// The decoder, top-down. Every step mirrors Hugging Face's LlamaForCausalLM
+// (Mistral adds a sliding window, Granite four multipliers), in the same
+// operation order and precision, so logits and gradients agree to rounding:
+//
+//   x = embed(ids) * embedding_multiplier
+//   per layer:  x = x + attn(rms_norm(x)) * residual_multiplier
+//               x = x + mlp(rms_norm(x))  * residual_multiplier
+//   logits = lm_head(rms_norm(x)) / logits_scaling
+#include "models/causal_lm.h"
+
+#include "models/checkpoint.h"
+#include "models/rms_norm.h"
+
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+namespace fptrain::models {
+namespace {
+
+std::string shape_text(at::IntArrayRef shape) {
+  std::ostringstream os;
+  os << shape;
+  return os.str();
+}
+
+// The parameters must be exactly the ones the config implies, one dtype, one device.
+void check_parameters(const ModelConfig& config, const TensorMap& params) {
+  const auto expected = expected_parameter_shapes(config);
+  std::vector<std::string> problems;
+  for (const auto& [name, shape] : expected) {
+    auto it = params.find(name);
+    if (it == params.end() || !it->second.defined()) {
+      problems.push_back("missing parameter '" + name + "'");
+    } else if (it->second.sizes() != at::IntArrayRef(shape)) {
+      problems.push_back("parameter '" + name + "' has shape " + shape_text(it->second.sizes()) +
+                         " but the config implies " + shape_text(shape));
+    }
+  }
+  for (const auto& [name, tensor] : params) {
+    if (!expected.count(name)) problems.push_back("unexpected parameter '" + name + "'");
+  }
+  if (problems.empty()) {
+    const at::Tensor& first = params.begin()->second;
+    if (!at::isFloatingType(first.scalar_type())) {
+      problems.push_back(std::string("parameters must be floating point; got ") +
+                         c10::toString(first.scalar_type()));
+    }
+    for (const auto& [name, tensor] : params) {
+      if (tensor.scalar_type() != first.scalar_type() || tensor.device() != first.device()) {
+        problems.push_back("parameter '" + name + "' is " + c10::toString(tensor.scalar_type()) +
+                           " on " + tensor.device().str() + " but '" + params.begin()->first + "' is " +
+                           c10::toString(first.scalar_type()) + " on " + first.device().str());
+        break;
+      }
+    }
+  }
+  if (problems.empty()) return;
+  std::string msg = "CausalLM(" + config.architecture + "): parameters do not match the config";
+  for (const auto& p : problems) msg += "\n  " + p;
+  throw std::invalid_argument(msg);
+}
+
+void check_input(const PackedInput& in, const at::Device& device) {
+  auto fail = [](const std::string& what) { throw std::invalid_argument("CausalLM input: " + what); };
+  if (!in.input_ids.defined() || in.input_ids.dim() != 1 || in.input_ids.scalar_type() != at::kLong) {
+    fail("input_ids must be int64 [T]");
+  }
+  const int64_t T = in.input_ids.size(0);
+  if (T == 0) fail("no tokens");
+  if (!in.position_ids.defined() || in.position_ids.sizes() != in.input_ids.sizes() ||
+      in.position_ids.scalar_type() != at::kLong) {
+    fail("position_ids must be int64 [T] with T = " + std::to_string(T));
+  }
+  if (in.input_ids.device() != device || in.position_ids.device() != device) {
+    fail("input_ids and position_ids must be on the model's device " + device.str());
+  }
+  if (!in.cu_seqlens.defined()) fail("cu_seqlens is missing (boundaries must come from the batcher)");
+}
+
+}  // namespace
+
+CausalLM::CausalLM(ModelConfig config, TensorMap parameters, attention::Backend backend)
+    : config_(std::move(config)), params_(std::move(parameters)), backend_(backend) {
+  check_parameters(config_, params_);
+  inv_freq_ = rope_inv_freq(config_.rope, config_.head_dim).to(weight("model.embed_tokens.weight").device());
+}
+
+const at::Tensor& CausalLM::weight(const std::string& name) const {
+  auto it = params_.find(name);
+  if (it == params_.end()) throw std::invalid_argument("CausalLM: no parameter '" + name + "'");
+  return it->second;
+}
+
+at::Tensor CausalLM::bias(const std::string& name, bool present) const {
+  return present ? weight(name) : at::Tensor();
+}
+
+// The boundaries for every attention call of one forward pass. A host copy is
+// validated once here; the reference backend needs one and gets it with one
+// copy per forward pass, not one per layer.
+attention::VarlenSpec CausalLM::attention_spec(const PackedInput& in) const {
+  attention::VarlenSpec spec;
+  spec.cu_seqlens = in.cu_seqlens;
+  spec.max_seqlen = in.max_seqlen;
+  spec.causal = true;
+  spec.window = config_.sliding_window.value_or(0);
+  spec.softmax_scale = config_.softmax_scale();
+  if (in.cu_seqlens_cpu.defined()) {
+    spec.cu_seqlens_cpu = in.cu_seqlens_cpu;
+  } else if (in.cu_seqlens.device().is_cpu()) {
+    spec.cu_seqlens_cpu = in.cu_seqlens;
+  } else if (backend_ == attention::Backend::Reference) {
+    spec.cu_seqlens_cpu = in.cu_seqlens.to(at::kCPU);
+  }
+  if (spec.cu_seqlens_cpu.defined()) {
+    attention::validate_cu_seqlens(spec.cu_seqlens_cpu, in.input_ids.size(0), in.max_seqlen);
+  }
+  return spec;
+}
+
+at::Tensor CausalLM::hidden_states(const PackedInput& in) const {
+  const at::Tensor& embed = weight("model.embed_tokens.weight");
+  check_input(in, embed.device());
+  const attention::VarlenSpec spec = attention_spec(in);
+  const RotaryTables rope = rotary_tables(inv_freq_, in.position_ids, embed.scalar_type());
+
+  at::Tensor x = at::embedding(embed, in.input_ids);  // [T, hidden]
+  if (config_.embedding_multiplier != 1.0) x = x * config_.embedding_multiplier;
+  for (int64_t layer = 0; layer < config_.num_hidden_layers; ++layer) {
+    if (layer_runner_) {
+      x = layer_runner_(layer, x, [this, layer, rope, spec](const at::Tensor& h) {
+        return decoder_layer(layer, h, rope, spec);
+      });
+    } else {
+      x = decoder_layer(layer, x, rope, spec);
+    }
+  }
+  return rms_norm(x, weight("model.norm.weight"), config_.rms_norm_eps);
+}
+
+at::Tensor CausalLM::decoder_layer(int64_t layer, const at::Tensor& x, const RotaryTables& rope,
+                                   const attention::VarlenSpec& spec) const {
+  const std::string p = "model.layers." + std::to_string(layer) + ".";
+  const double eps = config_.rms_norm_eps;
+  auto residual_add = [&](const at::Tensor& residual, const at::Tensor& update) {
+    return config_.residual_multiplier != 1.0 ? residual + update * config_.residual_multiplier
+                                              : residual + update;
+  };
+  const at::Tensor attended = self_attention(
+      p + "self_attn.", rms_norm(x, weight(p + "input_layernorm.weight"), eps), rope, spec);
+  const at::Tensor h = residual_add(x, attended);
+  return residual_add(h, mlp(p + "mlp.", rms_norm(h, weight(p + "post_attention_layernorm.weight"), eps)));
+}
+
+at::Tensor CausalLM::self_attention(const std::string& prefix, const at::Tensor& x,
+                                    const RotaryTables& rope, const attention::VarlenSpec& spec) const {
+  const int64_t T = x.size(0), D = config_.head_dim;
+  const int64_t Hq = config_.num_attention_heads, Hkv = config_.num_key_value_heads;
+  const bool b = config_.attention_bias;
+  auto project = [&](const char* name, int64_t heads) {
+    const std::string w = prefix + name;
+    return at::linear(x, weight(w + ".weight"), bias(w + ".bias", b)).view({T, heads, D});
+  };
+  const at::Tensor q = apply_rotary(project("q_proj", Hq), rope);
+  const at::Tensor k = apply_rotary(project("k_proj", Hkv), rope);
+  const at::Tensor v = project("v_proj", Hkv);
+  const at::Tensor out = attention::varlen_attention(q, k, v, spec, backend_);  // [T, Hq, D]
+  return at::linear(out.reshape({T, Hq * D}), weight(prefix + "o_proj.weight"),
+                    bias(prefix + "o_proj.bias", b));
+}
+
+// SwiGLU: down(silu(gate(x)) * up(x)).
+at::Tensor CausalLM::mlp(const std::string& prefix, const at::Tensor& x) const {
+  const bool b = config_.mlp_bias;
+  const at::Tensor gate = at::linear(x, weight(prefix + "gate_proj.weight"), bias(prefix + "gate_proj.bias", b));
+  const at::Tensor up = at::linear(x, weight(prefix + "up_proj.weight"), bias(prefix + "up_proj.bias", b));
+  return at::linear(at::silu(gate) * up, weight(prefix + "down_proj.weight"),
+                    bias(prefix + "down_proj.bias", b));
+}
+
+at::Tensor CausalLM::logits(const PackedInput& input) const {
+  const at::Tensor& head =
+      weight(config_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+  at::Tensor logits = at::linear(hidden_states(input), head);  // [T, vocab]
+  if (config_.logits_scaling != 1.0) logits = logits / config_.logits_scaling;
+  return logits;
+}
+
+// Position t predicts labels[t+1]; the last position predicts nothing. The
+// cross-entropy is computed in fp32 and summed; the count stays on the device.
+LossOutput CausalLM::loss(const PackedInput& input, const at::Tensor& labels) const {
+  if (!labels.defined() || labels.dim() != 1 || labels.scalar_type() != at::kLong ||
+      labels.sizes() != input.input_ids.sizes() || labels.device() != input.input_ids.device()) {
+    throw std::invalid_argument("CausalLM::loss: labels must be int64 [T] like input_ids, on its device");
+  }
+  const at::Tensor token_logits = logits(input).to(at::kFloat);  // also checks the input
+  constexpr int64_t kIgnore = -100;
+  const at::Tensor targets = at::cat({labels.narrow(0, 1, labels.size(0) - 1),
+                                      at::full({1}, kIgnore, labels.options())});
+  LossOutput out;
+  out.loss_sum = at::cross_entropy_loss(token_logits, targets, /*weight=*/{}, at::Reduction::Sum, kIgnore);
+  out.num_supervised = (targets != kIgnore).sum();
+  return out;
+}
+
+}  // namespace fptrain::models

@@ -1,0 +1,61 @@
+#include "models/rope.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace fptrain::models {
+namespace {
+
+// theta ** -(2i / dim), written as transformers writes it: 1 / theta ** (2i / dim).
+at::Tensor default_inv_freq(double theta, int64_t head_dim) {
+  const at::Tensor exponent = at::arange(0, head_dim, 2, at::kLong).to(at::kFloat) / head_dim;
+  return at::reciprocal(at::pow(theta, exponent));
+}
+
+// Llama 3.1: long wavelengths are divided by `factor`, short ones kept, the
+// band between them interpolated.
+at::Tensor llama3_inv_freq(const RopeConfig& rope, int64_t head_dim) {
+  const at::Tensor inv_freq = default_inv_freq(rope.theta, head_dim);
+  const double old_context = static_cast<double>(rope.original_max_position_embeddings);
+  const double low_freq_wavelen = old_context / rope.low_freq_factor;
+  const double high_freq_wavelen = old_context / rope.high_freq_factor;
+
+  const at::Tensor wavelen = at::reciprocal(inv_freq) * (2 * M_PI);
+  at::Tensor scaled = at::where(wavelen > low_freq_wavelen, inv_freq / rope.factor, inv_freq);
+  const at::Tensor smooth = (at::reciprocal(wavelen) * old_context - rope.low_freq_factor) /
+                            (rope.high_freq_factor - rope.low_freq_factor);
+  const at::Tensor smoothed = at::rsub(smooth, 1) * scaled / rope.factor + smooth * scaled;
+  const at::Tensor is_medium =
+      at::logical_not(wavelen < high_freq_wavelen) * at::logical_not(wavelen > low_freq_wavelen);
+  return at::where(is_medium, smoothed, scaled);
+}
+
+}  // namespace
+
+at::Tensor rope_inv_freq(const RopeConfig& rope, int64_t head_dim) {
+  if (head_dim <= 0 || head_dim % 2 != 0) {
+    throw std::invalid_argument("rope: head_dim must be positive and even; got " + std::to_string(head_dim));
+  }
+  switch (rope.type) {
+    case RopeType::Default: return default_inv_freq(rope.theta, head_dim);
+    case RopeType::Linear: return default_inv_freq(rope.theta, head_dim) / rope.factor;
+    case RopeType::Llama3: return llama3_inv_freq(rope, head_dim);
+  }
+  throw std::invalid_argument("rope: unknown rope type");
+}
+
+RotaryTables rotary_tables(const at::Tensor& inv_freq, const at::Tensor& position_ids,
+                           at::ScalarType dtype) {
+  const at::Tensor freqs = position_ids.to(at::kFloat).unsqueeze(-1) * inv_freq;  // [T, D/2]
+  const at::Tensor angles = at::cat({freqs, freqs}, -1).unsqueeze(1);              // [T, 1, D]
+  return {angles.cos().to(dtype), angles.sin().to(dtype)};
+}
+
+at::Tensor apply_rotary(const at::Tensor& x, const RotaryTables& tables) {
+  const int64_t half = x.size(-1) / 2;
+  const at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+  return x * tables.cos + rotated * tables.sin;
+}
+
+}  // namespace fptrain::models

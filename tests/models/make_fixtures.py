@@ -1,0 +1,117 @@
+"""Golden outputs for the decoder parity tests, made live by transformers (CPU, fp32).
+
+For each family it makes a tiny random checkpoint with transformers itself, saves it
+with save_pretrained (Llama sharded), reloads it with eager attention, and runs a set
+of examples of different lengths through it ONE AT A TIME. Per example it records the
+input, the logits, the summed token loss (HF's own loss with num_items_in_batch=1,
+i.e. the sum over supervised tokens) and the gradient of every parameter.
+
+  <out>/<name>/                 the checkpoint (config.json + safetensors)
+  <out>/<name>-golden.safetensors
+      example.<i>.input_ids, example.<i>.labels       int64 [L]
+      example.<i>.logits                              fp32 [L, vocab]
+      example.<i>.loss_sum                            fp32 []
+      example.<i>.grad.<parameter name>               fp32, like the parameter
+      rope.inv_freq                                   fp32 [head_dim / 2]
+"""
+import argparse
+import pathlib
+
+import torch
+from safetensors.torch import save_file
+from transformers import (AutoModelForCausalLM, GraniteConfig, GraniteForCausalLM, LlamaConfig,
+                          LlamaForCausalLM, MistralConfig, MistralForCausalLM)
+
+# One example is a single token; the window of the Mistral model (4) is shorter
+# than most of them.
+LENGTHS = [9, 1, 14, 5, 11]
+
+COMMON = dict(vocab_size=96, hidden_size=64, intermediate_size=112, num_hidden_layers=2,
+              max_position_embeddings=256, rms_norm_eps=1e-5, initializer_range=0.2)
+
+MODELS = {
+    # llama3 RoPE scaling (original context 64 puts the 8 frequencies of head_dim
+    # 16 in all three bands), GQA 4/2, biases, saved in several shards.
+    "llama": (LlamaConfig, LlamaForCausalLM, dict(
+        COMMON, num_attention_heads=4, num_key_value_heads=2, attention_bias=True, mlp_bias=True,
+        rope_parameters=dict(rope_type="llama3", rope_theta=10000.0, factor=8.0, low_freq_factor=1.0,
+                             high_freq_factor=4.0, original_max_position_embeddings=64)),
+        "40KB"),
+    # sliding window 4, multi-query attention, head_dim 32 != hidden / heads.
+    "mistral": (MistralConfig, MistralForCausalLM, dict(
+        COMMON, num_attention_heads=4, num_key_value_heads=1, head_dim=32, sliding_window=4,
+        rope_theta=10000.0), None),
+    # non-default multipliers, tied embeddings, linear RoPE scaling, biases.
+    "granite": (GraniteConfig, GraniteForCausalLM, dict(
+        COMMON, num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=True,
+        embedding_multiplier=6.0, residual_multiplier=0.3, attention_multiplier=0.2, logits_scaling=4.0,
+        attention_bias=True, rope_parameters=dict(rope_type="linear", rope_theta=10000.0, factor=2.0)),
+        None),
+}
+
+
+def make_examples(vocab_size, generator):
+    examples = []
+    for i, length in enumerate(LENGTHS):
+        ids = torch.randint(0, vocab_size, (length,), generator=generator)
+        labels = ids.clone()
+        labels[: min(length, 1 + i)] = -100  # first token (and a short "prompt") unsupervised
+        examples.append((ids, labels))
+    return examples
+
+
+def randomize(model, generator):
+    # transformers initializes norms to 1 and biases to 0; perturb every tensor so
+    # that each one is exercised by the forward pass.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=generator)
+            if "norm" in name:
+                p.copy_(1.0 + 0.2 * noise)
+            elif name.endswith(".bias"):
+                p.copy_(0.1 * noise)
+
+
+def make(name, out_dir, seed):
+    config_cls, model_cls, kwargs, shard = MODELS[name]
+    generator = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    model = model_cls(config_cls(**kwargs))
+    randomize(model, generator)
+    ckpt = out_dir / name
+    model.save_pretrained(ckpt, **({"max_shard_size": shard} if shard else {}))
+    if shard:
+        assert (ckpt / "model.safetensors.index.json").exists(), "expected a sharded checkpoint"
+
+    # Reload what was written: the parity is against the checkpoint on disk.
+    model = AutoModelForCausalLM.from_pretrained(ckpt, attn_implementation="eager", dtype=torch.float32)
+    model.train()
+    # transformers' RoPE inverse frequencies, to compare bit for bit.
+    golden = {"rope.inv_freq": model.model.rotary_emb.inv_freq.detach().clone()}
+    for i, (ids, labels) in enumerate(make_examples(model.config.vocab_size, generator)):
+        model.zero_grad(set_to_none=True)
+        out = model(input_ids=ids[None], labels=labels[None], num_items_in_batch=1)
+        out.loss.backward()
+        golden[f"example.{i}.input_ids"] = ids
+        golden[f"example.{i}.labels"] = labels
+        golden[f"example.{i}.logits"] = out.logits[0].detach().clone()
+        golden[f"example.{i}.loss_sum"] = out.loss.detach().clone()
+        for pname, p in model.named_parameters():
+            grad = p.grad if p.grad is not None else torch.zeros_like(p)
+            golden[f"example.{i}.grad.{pname}"] = grad.detach().clone().contiguous()
+    save_file(golden, out_dir / f"{name}-golden.safetensors")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, type=pathlib.Path)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(min(2, torch.get_num_threads()))
+    for seed, name in enumerate(MODELS):
+        make(name, args.out, 1000 + seed)
+        print(f"made {name}")
+
+
+if __name__ == "__main__":
+    main()
