@@ -17,6 +17,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <ftw.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace fptrain::models {
@@ -227,6 +229,16 @@ class PinnedUploader {
   int next_ = 0;
 };
 
+// Removes a folder tree. std::filesystem's remove_all is avoided on purpose: the
+// torch wheel's libtorch.so exports a broken copy of it that crashes when called.
+void remove_tree(const fs::path& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return;
+  ::nftw(
+      path.c_str(), [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p) == 0 ? 0 : -1; },
+      16, FTW_DEPTH | FTW_PHYS);
+}
+
 void write_text_file(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
   out << text;
@@ -359,7 +371,7 @@ void save_pretrained(const fs::path& dir, const ModelConfig& config, const Tenso
   const std::string tag = std::to_string(::getpid());
   const fs::path tmp = parent / ("." + target.filename().string() + ".tmp." + tag);
   const fs::path old = parent / ("." + target.filename().string() + ".old." + tag);
-  fs::remove_all(tmp);
+  remove_tree(tmp);
   fs::create_directories(tmp);
   try {
     ModelConfig saved = config;
@@ -382,8 +394,7 @@ void save_pretrained(const fs::path& dir, const ModelConfig& config, const Tenso
       write_text_file(tmp / kIndexFile, index.dump(2) + "\n");
     }
   } catch (...) {
-    std::error_code ignored;
-    fs::remove_all(tmp, ignored);
+    remove_tree(tmp);
     throw;
   }
 
@@ -391,7 +402,7 @@ void save_pretrained(const fs::path& dir, const ModelConfig& config, const Tenso
   std::error_code ec;
   const bool had_old = fs::exists(target);
   if (had_old) {
-    fs::remove_all(old);
+    remove_tree(old);
     fs::rename(target, old, ec);
     if (ec) throw std::runtime_error(target.string() + ": cannot move the previous checkpoint aside: " + ec.message());
   }
@@ -401,7 +412,7 @@ void save_pretrained(const fs::path& dir, const ModelConfig& config, const Tenso
     if (had_old) fs::rename(old, target, ignored);
     throw std::runtime_error(target.string() + ": cannot move the new checkpoint into place: " + ec.message());
   }
-  if (had_old) fs::remove_all(old, ec);
+  if (had_old) remove_tree(old);
 }
 
 }  // namespace fptrain::models

@@ -232,7 +232,11 @@ ModelConfig parse_model_config(const json& doc, const std::string& source) {
   c.intermediate_size = keys.positive("intermediate_size");
   c.num_hidden_layers = keys.positive("num_hidden_layers");
   c.num_attention_heads = keys.positive("num_attention_heads");
-  c.num_key_value_heads = keys.positive("num_key_value_heads", c.num_attention_heads);
+  // MistralConfig's class default is 8 KV heads; an explicit null means one per query head.
+  const int64_t kv_default = (c.family == Family::Mistral && !doc.contains("num_key_value_heads"))
+                                 ? 8
+                                 : c.num_attention_heads;
+  c.num_key_value_heads = keys.positive("num_key_value_heads", kv_default);
   if (c.num_attention_heads % c.num_key_value_heads != 0)
     keys.fail("num_key_value_heads", "must divide num_attention_heads (" +
                                          std::to_string(c.num_attention_heads) + ")");
@@ -276,8 +280,9 @@ ModelConfig parse_model_config(const json& doc, const std::string& source) {
 
   c.rope = parse_rope(doc, keys, c.max_position_embeddings, source);
   c.dtype = parse_dtype(keys);
-  c.bos_token_id = keys.optional_integer("bos_token_id");
-  c.eos_token_ids = keys.integer_or_list("eos_token_id");
+  // All three configs default to bos 1 and eos 2 when the key is absent; null means none.
+  c.bos_token_id = doc.contains("bos_token_id") ? keys.optional_integer("bos_token_id") : 1;
+  c.eos_token_ids = doc.contains("eos_token_id") ? keys.integer_or_list("eos_token_id") : std::vector<int64_t>{2};
   c.pad_token_id = keys.optional_integer("pad_token_id");
   if (c.pad_token_id && (*c.pad_token_id < 0 || *c.pad_token_id >= c.vocab_size))
     keys.fail("pad_token_id", "outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
