@@ -1,0 +1,22 @@
+// ATen-level wrappers of our CUDA kernels (no autograd): what the autograd function,
+// the GPU tests and the benchmark call.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <tuple>
+
+#include "attention/varlen_attention.h"
+
+namespace fptrain::attention::cuda {
+
+// Returns O [T, Hq, D] (q's dtype) and LSE [Hq, T] (fp32, natural log).
+std::tuple<at::Tensor, at::Tensor> attention_forward(const at::Tensor& q, const at::Tensor& k,
+                                                     const at::Tensor& v, const VarlenSpec& spec);
+
+// Returns dQ, dK, dV. deterministic: no atomics (a separate dQ pass), bit-identical runs.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
+    const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const at::Tensor& out, const at::Tensor& lse, const VarlenSpec& spec, bool deterministic);
+
+}  // namespace fptrain::attention::cuda

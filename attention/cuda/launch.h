@@ -1,0 +1,22 @@
+// Host entry points of the CUDA kernels (implemented per dtype in launch_*.cu).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "attention/cuda/params.h"
+
+namespace fptrain::attention::cuda {
+
+// Builds the tile list and runs the forward kernel. Tile buffers must be allocated
+// (tile_capacity with fwd_block_m) by the caller.
+void run_fwd(FwdParams& params, DType dtype, cudaStream_t stream);
+
+// Runs the backward: rowsum(dO*O), the dK/dV kernel (with atomic dQ unless
+// params.deterministic), then either the fp32->dtype dQ conversion or the dQ kernel.
+// dq_accum must be zeroed by the caller in the atomic mode.
+void run_bwd(BwdParams& params, DType dtype, cudaStream_t stream);
+
+// Throws std::runtime_error naming the file and the CUDA error when `err` is not success.
+void check_cuda(cudaError_t err, const char* what);
+
+}  // namespace fptrain::attention::cuda

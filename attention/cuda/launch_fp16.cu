@@ -1,0 +1,16 @@
+// fp16 instantiations of the forward and backward launch sequences.
+#include "attention/cuda/launch_template.cuh"
+
+namespace fptrain::attention::cuda {
+
+void run_fwd_fp16(FwdParams& p, cudaStream_t stream) {
+  if (p.shape.head_dim == 128) run_fwd_typed<__half, 128>(p, stream);
+  else run_fwd_typed<__half, 64>(p, stream);
+}
+
+void run_bwd_fp16(BwdParams& p, cudaStream_t stream) {
+  if (p.shape.head_dim == 128) run_bwd_typed<__half, 128>(p, stream);
+  else run_bwd_typed<__half, 64>(p, stream);
+}
+
+}  // namespace fptrain::attention::cuda

@@ -1,0 +1,21 @@
+// Block sizes of each kernel, shared by host code (workspace sizes) and the kernels.
+#pragma once
+
+namespace fptrain::attention::cuda {
+
+// Forward: 8 warps x 16 query rows; key step 64 at D=128 (registers), 128 at D=64.
+constexpr int fwd_block_m(int) { return 128; }
+constexpr int fwd_block_n(int head_dim) { return head_dim == 128 ? 64 : 128; }
+// dK/dV: 8 warps x 16 keys; query step 64.
+constexpr int bwd_block_n(int) { return 128; }
+constexpr int bwd_block_m(int) { return 64; }
+// Deterministic dQ: 4 warps x 16 query rows; key step 64.
+constexpr int dq_block_m(int) { return 64; }
+constexpr int dq_block_n(int) { return 64; }
+
+// Capacity a tile list needs: sum over sequences of ceil(L / block) <= ceil(T / block) + B.
+inline int tile_capacity(int total_tokens, int batch, int block) {
+  return (total_tokens + block - 1) / block + batch;
+}
+
+}  // namespace fptrain::attention::cuda

@@ -1,0 +1,234 @@
+// Varlen attention speed: our kernels vs LibTorch's FlashAttention-2 varlen and cuDNN
+// SDPA on the padded layout, forward and forward+backward, one run on one GPU.
+//
+//   attention_bench [--out results.json] [--md results.md] [--reps N] [--only-ours]
+//
+// FLOPs are FlashAttention's count of useful work: causal forward = 2 * Hq * D * sum(L_i^2)
+// (non-causal twice that), backward = 2.5x forward. Padding done by cuDNN counts nothing.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "attention/cuda/fptrain_kernels.h"
+
+namespace fa = fptrain::attention;
+
+namespace {
+
+constexpr int kTokens = 32768;
+
+struct Workload {
+  std::string name;
+  std::vector<int> lens;
+};
+
+// Lengths drawn from a lognormal until the pack holds exactly kTokens (the last one trimmed).
+std::vector<int> lognormal_pack(double median, double sigma, int max_len, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::lognormal_distribution<double> dist(std::log(median), sigma);
+  std::vector<int> lens;
+  int total = 0;
+  while (total < kTokens) {
+    int l = std::clamp(int(std::lround(dist(rng))), 1, max_len);
+    l = std::min(l, kTokens - total);
+    lens.push_back(l);
+    total += l;
+  }
+  return lens;
+}
+
+std::vector<Workload> workloads() {
+  return {
+      {"flan-like", lognormal_pack(256, 1.1, 4096, 1234)},
+      {"orca-like", lognormal_pack(550, 0.4, 4096, 5678)},
+      {"fixed-2048", std::vector<int>(kTokens / 2048, 2048)},
+      {"fixed-8192", std::vector<int>(kTokens / 8192, 8192)},
+  };
+}
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string("attention_bench: ") + what + ": " + cudaGetErrorString(e));
+}
+
+// Median time (ms) of `fn` over `reps` runs after warm-up, timed with CUDA events.
+double time_ms(const std::function<void()>& fn, int reps) {
+  for (int i = 0; i < 3; ++i) fn();
+  check(cudaDeviceSynchronize(), "warm-up");
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  std::vector<double> times;
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "event");
+  check(cudaEventCreate(&b), "event");
+  for (int i = 0; i < reps; ++i) {
+    check(cudaEventRecord(a, stream), "record");
+    fn();
+    check(cudaEventRecord(b, stream), "record");
+    check(cudaEventSynchronize(b), "sync");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, a, b), "elapsed");
+    times.push_back(ms);
+  }
+  check(cudaGetLastError(), "timed region");
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+struct Row {
+  std::string workload, method;
+  int head_dim;
+  double fwd_ms, fwdbwd_ms, fwd_tflops, fwdbwd_tflops;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json_path, md_path;
+  int reps = 20;
+  bool only_ours = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--out") && i + 1 < argc) json_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--md") && i + 1 < argc) md_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--only-ours")) only_ours = true;
+    else {
+      std::fprintf(stderr, "usage: %s [--out file.json] [--md file.md] [--reps N] [--only-ours]\n", argv[0]);
+      return 2;
+    }
+  }
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "device properties");
+  const int hq = 32, hkv = 8;
+  std::vector<Row> rows;
+  at::manual_seed(42);
+
+  for (int d : {128, 64}) {
+    for (const Workload& w : workloads()) {
+      const int batch = int(w.lens.size());
+      std::vector<int> cu{0};
+      double sum_sq = 0;
+      int lmax = 0;
+      for (int l : w.lens) {
+        cu.push_back(cu.back() + l);
+        sum_sq += double(l) * l;
+        lmax = std::max(lmax, l);
+      }
+      const double fwd_flops = 2.0 * hq * d * sum_sq;  // causal
+      const double fwdbwd_flops = 3.5 * fwd_flops;
+      auto opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
+      at::Tensor q = at::randn({kTokens, hq, d}, opts), k = at::randn({kTokens, hkv, d}, opts);
+      at::Tensor v = at::randn({kTokens, hkv, d}, opts), dout = at::randn({kTokens, hq, d}, opts);
+      at::Tensor cu_t = at::tensor(cu, at::TensorOptions().dtype(at::kInt)).to(at::kCUDA);
+      const double scale = 1.0 / std::sqrt(double(d));
+      auto add = [&](const std::string& method, double f, double fb) {
+        rows.push_back({w.name, method, d, f, fb, fwd_flops / f * 1e-9, fwdbwd_flops / fb * 1e-9});
+        std::printf("%-11s D=%-3d %-14s fwd %8.3f ms %6.1f TF/s | fwd+bwd %8.3f ms %6.1f TF/s\n", w.name.c_str(), d,
+                    method.c_str(), f, fwd_flops / f * 1e-9, fb, fwdbwd_flops / fb * 1e-9);
+        std::fflush(stdout);
+      };
+
+      // Ours.
+      fa::VarlenSpec spec;
+      spec.cu_seqlens = cu_t;
+      spec.max_seqlen = lmax;
+      spec.softmax_scale = scale;
+      {
+        auto fwd = [&] { (void)fa::cuda::attention_forward(q, k, v, spec); };
+        auto fwdbwd = [&] {
+          auto [o, lse] = fa::cuda::attention_forward(q, k, v, spec);
+          (void)fa::cuda::attention_backward(dout, q, k, v, o, lse, spec, false);
+        };
+        add("fptrain", time_ms(fwd, reps), time_ms(fwdbwd, reps));
+      }
+      if (only_ours) continue;
+
+      // LibTorch FlashAttention-2, varlen.
+      try {
+        auto fwd = [&] {
+          (void)at::_flash_attention_forward(q, k, v, cu_t, cu_t, lmax, lmax, 0.0, true, false, scale);
+        };
+        auto fwdbwd = [&] {
+          auto r = at::_flash_attention_forward(q, k, v, cu_t, cu_t, lmax, lmax, 0.0, true, false, scale);
+          (void)at::_flash_attention_backward(dout, q, k, v, std::get<0>(r), std::get<1>(r), cu_t, cu_t, lmax, lmax,
+                                              0.0, true, std::get<2>(r), std::get<3>(r), scale);
+        };
+        add("torch-fa2", time_ms(fwd, reps), time_ms(fwdbwd, reps));
+      } catch (const std::exception& e) {
+        std::printf("torch-fa2 failed: %s\n", e.what());
+      }
+
+      // cuDNN SDPA on the padded [B, H, Lmax, D] layout (K/V heads repeated for GQA).
+      try {
+        at::Tensor qp = at::zeros({batch, lmax, hq, d}, opts), kp = at::zeros({batch, lmax, hq, d}, opts);
+        at::Tensor vp = at::zeros({batch, lmax, hq, d}, opts), dop = at::zeros({batch, lmax, hq, d}, opts);
+        for (int b = 0; b < batch; ++b) {
+          const int l = w.lens[b];
+          qp[b].narrow(0, 0, l).copy_(q.narrow(0, cu[b], l));
+          kp[b].narrow(0, 0, l).copy_(k.narrow(0, cu[b], l).repeat_interleave(hq / hkv, 1));
+          vp[b].narrow(0, 0, l).copy_(v.narrow(0, cu[b], l).repeat_interleave(hq / hkv, 1));
+          dop[b].narrow(0, 0, l).copy_(dout.narrow(0, cu[b], l));
+        }
+        at::Tensor qt = qp.transpose(1, 2), kt = kp.transpose(1, 2), vt = vp.transpose(1, 2), dot = dop.transpose(1, 2);
+        auto fwd = [&] { (void)at::_scaled_dot_product_cudnn_attention(qt, kt, vt, std::nullopt, false, 0.0, true, false, scale); };
+        auto fwdbwd = [&] {
+          auto r = at::_scaled_dot_product_cudnn_attention(qt, kt, vt, std::nullopt, true, 0.0, true, false, scale);
+          (void)at::_scaled_dot_product_cudnn_attention_backward(dot, qt, kt, vt, std::get<0>(r), std::get<1>(r),
+                                                                 std::get<6>(r), std::get<7>(r), at::Tensor(),
+                                                                 at::Tensor(), at::Tensor(), lmax, lmax, 0.0, true,
+                                                                 scale);
+        };
+        add("cudnn-padded", time_ms(fwd, reps), time_ms(fwdbwd, reps));
+      } catch (const std::exception& e) {
+        std::printf("cudnn-padded failed: %s\n", std::string(e.what()).substr(0, 300).c_str());
+      }
+    }
+  }
+
+  char date[32];
+  std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+  if (!json_path.empty()) {
+    std::ofstream f(json_path);
+    f << "{\n  \"device\": \"" << prop.name << "\",\n  \"date\": \"" << date << "\",\n  \"tokens\": " << kTokens
+      << ",\n  \"heads_q\": " << hq << ",\n  \"heads_kv\": " << hkv
+      << ",\n  \"dtype\": \"bf16\",\n  \"causal\": true,\n  \"results\": [\n";
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      char buf[400];
+      std::snprintf(buf, sizeof buf,
+                    "    {\"workload\": \"%s\", \"method\": \"%s\", \"head_dim\": %d, \"fwd_ms\": %.4f, "
+                    "\"fwd_tflops\": %.1f, \"fwdbwd_ms\": %.4f, \"fwdbwd_tflops\": %.1f}%s\n",
+                    r.workload.c_str(), r.method.c_str(), r.head_dim, r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms,
+                    r.fwdbwd_tflops, i + 1 < rows.size() ? "," : "");
+      f << buf;
+    }
+    f << "  ]\n}\n";
+  }
+  std::string md = std::string("Device: ") + prop.name + ", " + date +
+                   ". bf16, causal, Hq=32, Hkv=8, T=32768 packed tokens; TFLOP/s of useful work.\n\n"
+                   "| workload | D | method | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s |\n"
+                   "|---|---|---|---|---|---|---|\n";
+  for (const Row& r : rows) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "| %s | %d | %s | %.3f | %.1f | %.3f | %.1f |\n", r.workload.c_str(), r.head_dim,
+                  r.method.c_str(), r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops);
+    md += buf;
+  }
+  std::printf("\n%s", md.c_str());
+  if (!md_path.empty()) std::ofstream(md_path) << md;
+  return 0;
+}
