@@ -1,0 +1,231 @@
+// Data parallelism, exact resume from a cursor, worker determinism, epochs.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <set>
+
+#include "data/batch_builder.h"
+#include "tests/data/test_util.h"
+
+namespace fptrain::data {
+namespace {
+
+using testing::TempDir;
+
+// Examples whose text starts with their id ("#<i>:"), of random lengths: two
+// thirds in a text file, one third in a prompt/completion file.
+std::vector<std::filesystem::path> corpus(const TempDir& dir, size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::string> text, pc;
+  for (size_t i = 0; i < n; ++i) {
+    std::string t = "#" + std::to_string(i) + ":" + std::string(5 + rng() % 200, 'a' + static_cast<char>(i % 26));
+    if (i % 3 == 0)
+      pc.push_back(nlohmann::json{{"prompt", t}, {"completion", "ok" + std::to_string(i)}}.dump());
+    else
+      text.push_back(nlohmann::json{{"text", t}}.dump());
+  }
+  return {dir.write_lines("text.jsonl", text), dir.write_lines("pc.jsonl", pc)};
+}
+
+void expect_same(const PackedBatch& a, const PackedBatch& b) {
+  EXPECT_EQ(a.input_ids, b.input_ids);
+  EXPECT_EQ(a.labels, b.labels);
+  EXPECT_EQ(a.position_ids, b.position_ids);
+  EXPECT_EQ(a.cu_seqlens, b.cu_seqlens);
+  EXPECT_EQ(a.max_seqlen, b.max_seqlen);
+  EXPECT_EQ(a.num_padding_tokens, b.num_padding_tokens);
+  EXPECT_EQ(a.num_supervised, b.num_supervised);
+}
+
+void expect_same(const std::vector<TrainStep>& a, const std::vector<TrainStep>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].step, b[i].step);
+    EXPECT_EQ(a[i].epoch, b[i].epoch);
+    EXPECT_EQ(a[i].global_supervised, b[i].global_supervised);
+    ASSERT_EQ(a[i].micro_batches.size(), b[i].micro_batches.size());
+    for (size_t j = 0; j < a[i].micro_batches.size(); ++j) expect_same(a[i].micro_batches[j], b[i].micro_batches[j]);
+  }
+}
+
+// The multiset of example ids ("#<i>:") in a batch.
+std::multiset<std::string> example_keys(const PackedBatch& b) {
+  std::multiset<std::string> keys;
+  for (size_t s = 0; s + 1 < b.cu_seqlens.size(); ++s) {
+    std::string key;
+    for (int32_t t = b.cu_seqlens[s]; t < b.cu_seqlens[s + 1] && key.size() < 12; ++t) {
+      const int32_t id = b.input_ids[t];
+      if (id >= testing::ByteTokenizer::kByteOffset) key += static_cast<char>(id - testing::ByteTokenizer::kByteOffset);
+      if (key.back() == ':') break;
+    }
+    keys.insert(key);
+  }
+  return keys;
+}
+
+class Modes : public ::testing::TestWithParam<BatchMode> {
+ protected:
+  DataOptions base(const std::vector<std::filesystem::path>& f) {
+    auto o = testing::options_for(f);
+    o.batching = GetParam();
+    o.examples_per_micro_batch = 3;
+    o.max_length = 256;
+    o.max_tokens = 600;
+    o.shuffle_window = 50;
+    o.shuffle = true;
+    o.seed = 99;
+    return o;
+  }
+  TempDir dir_;
+};
+
+TEST_P(Modes, RanksGetEqualMicroBatchCountsAndTogetherTheWholeStep) {
+  const auto f = corpus(dir_, 157, 1);
+  auto single = base(f);
+  single.micro_batches_per_step = 6;
+  DataPipeline one(single, testing::byte_tokenizer());
+  const auto reference = testing::drain(one);
+
+  const int W = 3;
+  std::vector<std::vector<TrainStep>> per_rank;
+  for (int r = 0; r < W; ++r) {
+    auto o = base(f);
+    o.world_size = W;
+    o.rank = r;
+    o.micro_batches_per_step = 2;
+    o.workers = r;  // worker count must not matter
+    DataPipeline p(o, testing::byte_tokenizer());
+    per_rank.push_back(testing::drain(p));
+  }
+  ASSERT_EQ(per_rank[0].size(), reference.size());
+  double worst = 0;
+  for (size_t s = 0; s < reference.size(); ++s) {
+    std::multiset<std::string> all, expected;
+    for (const auto& mb : reference[s].micro_batches) {
+      auto k = example_keys(mb);
+      expected.insert(k.begin(), k.end());
+    }
+    int64_t supervised = 0, tokens = 0;
+    for (int r = 0; r < W; ++r) {
+      const TrainStep& st = per_rank[r][s];
+      EXPECT_EQ(st.micro_batches.size(), per_rank[0][s].micro_batches.size()) << "step " << s << " rank " << r;
+      EXPECT_EQ(st.global_supervised, reference[s].global_supervised);
+      EXPECT_EQ(st.global_tokens, reference[s].global_tokens);
+      EXPECT_EQ(st.cursor.to_json(), per_rank[0][s].cursor.to_json());  // identical on every rank
+      int64_t mine = 0;
+      for (const auto& mb : st.micro_batches) {
+        EXPECT_EQ(check_batch(mb), "");
+        supervised += mb.num_supervised;
+        tokens += mb.num_tokens;
+        mine += mb.num_tokens;
+        auto k = example_keys(mb);
+        all.insert(k.begin(), k.end());
+      }
+      EXPECT_EQ(mine, st.rank_tokens[r]);
+    }
+    EXPECT_EQ(supervised, reference[s].global_supervised);
+    EXPECT_EQ(tokens, reference[s].global_tokens);
+    EXPECT_EQ(all, expected) << "step " << s;
+    if (s + 1 < reference.size()) worst = std::max(worst, per_rank[0][s].rank_imbalance);
+  }
+  if (GetParam() == BatchMode::kPack) EXPECT_LT(worst, 0.25) << "token imbalance between ranks";
+}
+
+TEST_P(Modes, CursorRestoresTheExactStream) {
+  const auto f = corpus(dir_, 120, 2);
+  auto o = base(f);
+  o.epochs = 3;
+  o.micro_batches_per_step = 2;
+  o.shuffle_window = 40;  // several pack windows per epoch; cursors land mid-window
+  DataPipeline full(o, testing::byte_tokenizer());
+  const auto all = testing::drain(full);
+  ASSERT_GT(all.size(), 10u);
+  EXPECT_EQ(all.back().epoch, 2);
+  for (size_t k : {size_t{1}, size_t{3}, all.size() / 2, all.size() - 1}) {
+    DataPipeline first(o, testing::byte_tokenizer());
+    const auto head = testing::drain(first, k);
+    const std::string saved = head.back().cursor.to_json();
+    DataPipeline resumed(o, testing::byte_tokenizer(), DataCursor::from_json(saved));
+    const auto tail = testing::drain(resumed);
+    expect_same(tail, std::vector<TrainStep>(all.begin() + k, all.end()));
+    EXPECT_EQ(tail.empty() ? saved : tail.back().cursor.to_json(), all.back().cursor.to_json());
+  }
+}
+
+TEST_P(Modes, WorkerThreadsDoNotChangeTheStream) {
+  const auto f = corpus(dir_, 300, 3);
+  auto o = base(f);
+  o.workers = 0;
+  DataPipeline inline_(o, testing::byte_tokenizer());
+  const auto a = testing::drain(inline_);
+  for (int workers : {1, 4}) {
+    o.workers = workers;
+    o.prefetch_steps = 2;
+    DataPipeline threaded(o, testing::byte_tokenizer());
+    expect_same(testing::drain(threaded), a);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Data, Modes, ::testing::Values(BatchMode::kFlatten, BatchMode::kPad, BatchMode::kPack),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
+
+TEST(Cursor, RefusesOtherOptionsOrData) {
+  TempDir dir;
+  const auto f = corpus(dir, 20, 4);
+  auto o = testing::options_for(f);
+  DataPipeline p(o, testing::byte_tokenizer());
+  const auto steps = testing::drain(p, 1);
+  auto other = o;
+  other.seed = 5;
+  try {
+    DataPipeline q(other, testing::byte_tokenizer(), steps[0].cursor);
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot be resumed"), std::string::npos);
+  }
+  EXPECT_THROW(DataCursor::from_json("{\"version\": 1}"), std::runtime_error);
+}
+
+TEST(Epochs, EveryExampleOncePerEpochInANewOrder) {
+  TempDir dir;
+  const auto f = corpus(dir, 40, 5);
+  auto o = testing::options_for(f);
+  o.shuffle = true;
+  o.epochs = 2;
+  o.examples_per_micro_batch = 4;
+  DataPipeline p(o, testing::byte_tokenizer());
+  const auto steps = testing::drain(p);
+  std::vector<std::vector<std::string>> order(2);
+  for (const auto& s : steps)
+    for (const auto& mb : s.micro_batches)
+      for (const auto& k : example_keys(mb)) order[s.epoch].push_back(k);
+  ASSERT_EQ(order[0].size(), 40u);
+  ASSERT_EQ(order[1].size(), 40u);
+  EXPECT_EQ(std::set<std::string>(order[0].begin(), order[0].end()).size(), 40u);
+  EXPECT_NE(order[0], order[1]);
+  EXPECT_TRUE(steps[9].last_of_epoch);
+  EXPECT_EQ(steps.back().cursor.stats.seen, 80);
+}
+
+TEST(Epochs, PartialLastStepGivesEveryRankTheSameCount) {
+  TempDir dir;
+  const auto f = corpus(dir, 10, 6);  // 10 micro-batches of 1; W=4, M=1: last step has 2
+  for (int r = 0; r < 4; ++r) {
+    auto o = testing::options_for(f);
+    o.examples_per_micro_batch = 1;
+    o.world_size = 4;
+    o.rank = r;
+    DataPipeline p(o, testing::byte_tokenizer());
+    const auto steps = testing::drain(p);
+    ASSERT_EQ(steps.size(), 3u);
+    EXPECT_EQ(steps[2].global_micro_batches, 2);
+    ASSERT_EQ(steps[2].micro_batches.size(), 1u);
+    EXPECT_EQ(steps[2].micro_batches[0].num_tokens == 0, r >= 2);  // ranks 2, 3 get an empty one
+    EXPECT_EQ(steps[2].micro_batches[0].num_examples, r < 2 ? 1 : 0);
+    EXPECT_EQ(check_batch(steps[2].micro_batches[0]), "");  // an empty batch is a valid one
+  }
+}
+
+}  // namespace
+}  // namespace fptrain::data
