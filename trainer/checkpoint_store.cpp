@@ -1,0 +1,176 @@
+#include "trainer/checkpoint_store.h"
+
+#include "models/checkpoint.h"
+#include "models/safetensors.h"
+
+#include <ATen/Context.h>
+#include <ATen/core/Generator.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <stdexcept>
+
+namespace fptrain::trainer {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kPrefix = "step-";
+constexpr const char* kPartial = ".partial-";
+constexpr const char* kStateFile = "trainer_state.json";
+constexpr const char* kTensorsFile = "training_state.safetensors";
+constexpr int kFormatVersion = 1;
+
+const std::vector<std::string> kTokenizerFiles = {"tokenizer.json", "tokenizer.model", "tokenizer_config.json",
+                                                  "special_tokens_map.json", "generation_config.json",
+                                                  "added_tokens.json", "chat_template.jinja"};
+
+std::optional<int64_t> step_of(const fs::path& dir) {
+  const std::string name = dir.filename().string();
+  if (name.rfind(kPrefix, 0) != 0) return std::nullopt;
+  const std::string digits = name.substr(std::char_traits<char>::length(kPrefix));
+  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return std::nullopt;
+  return std::stoll(digits);
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  out.flush();
+  if (!out) throw std::runtime_error(path.string() + ": cannot write");
+}
+
+}  // namespace
+
+fs::path checkpoints_dir(const fs::path& output_dir) { return output_dir / "checkpoints"; }
+
+std::string checkpoint_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%s%08lld", kPrefix, static_cast<long long>(step));
+  return buf;
+}
+
+std::vector<fs::path> list_checkpoints(const fs::path& output_dir) {
+  std::vector<std::pair<int64_t, fs::path>> found;
+  const fs::path dir = checkpoints_dir(output_dir);
+  if (!fs::is_directory(dir)) return {};
+  for (const auto& e : fs::directory_iterator(dir)) {
+    auto step = step_of(e.path());
+    if (step && fs::is_regular_file(e.path() / kStateFile)) found.emplace_back(*step, e.path());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<fs::path> out;
+  for (auto& f : found) out.push_back(f.second);
+  return out;
+}
+
+std::optional<fs::path> latest_checkpoint(const fs::path& output_dir) {
+  auto all = list_checkpoints(output_dir);
+  if (all.empty()) return std::nullopt;
+  return all.back();
+}
+
+fs::path save_checkpoint(const fs::path& output_dir, const models::ModelConfig& config,
+                         const models::TensorMap& params, at::ScalarType model_dtype,
+                         const fs::path& tokenizer_dir, const TrainingState& state) {
+  const fs::path root = checkpoints_dir(output_dir);
+  fs::create_directories(root);
+  const std::string name = checkpoint_name(state.step);
+  const fs::path partial = root / (std::string(kPartial) + name);
+  const fs::path final_dir = root / name;
+  fs::remove_all(partial);
+
+  // The Hugging Face part (save_pretrained builds `partial` itself, atomically).
+  models::save_pretrained(partial, config, params, model_dtype);
+  for (const auto& f : kTokenizerFiles)
+    if (fs::is_regular_file(tokenizer_dir / f)) fs::copy_file(tokenizer_dir / f, partial / f);
+
+  // The training part.
+  models::TensorMap tensors;
+  for (const auto& [k, t] : state.optimizer) tensors["optimizer." + k] = t;
+  for (const auto& [k, t] : state.rng) tensors["rng." + k] = t;
+  models::write_safetensors(partial / kTensorsFile, tensors, {{"fptrain_step", std::to_string(state.step)}});
+  write_text(partial / "config.yaml", state.config_yaml);
+  nlohmann::json meta = {{"format_version", kFormatVersion},
+                         {"step", state.step},
+                         {"total_steps", state.total_steps},
+                         {"data_cursor", nlohmann::json::parse(state.data_cursor)},
+                         {"counters", state.counters}};
+  write_text(partial / kStateFile, meta.dump(2));  // written last: its presence marks completeness
+
+  if (fs::exists(final_dir)) fs::remove_all(final_dir);
+  fs::rename(partial, final_dir);
+  return final_dir;
+}
+
+TrainingState load_training_state(const fs::path& dir) {
+  const fs::path meta_path = dir / kStateFile;
+  std::ifstream in(meta_path);
+  if (!in) throw std::runtime_error(meta_path.string() + ": missing; not a complete fptrain checkpoint");
+  nlohmann::json meta;
+  try {
+    meta = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error(meta_path.string() + ": invalid JSON: " + e.what());
+  }
+  TrainingState s;
+  try {
+    if (meta.at("format_version").get<int>() != kFormatVersion)
+      throw std::runtime_error("unsupported format_version " + meta.at("format_version").dump());
+    s.step = meta.at("step").get<int64_t>();
+    s.total_steps = meta.at("total_steps").get<int64_t>();
+    s.data_cursor = meta.at("data_cursor").dump();
+    s.counters = meta.value("counters", nlohmann::json::object());
+  } catch (const std::exception& e) {
+    throw std::runtime_error(meta_path.string() + ": " + e.what());
+  }
+  std::ifstream yaml(dir / "config.yaml");
+  if (yaml) s.config_yaml.assign(std::istreambuf_iterator<char>(yaml), {});
+  for (auto& [name, t] : models::read_safetensors(dir / kTensorsFile)) {
+    if (name.rfind("optimizer.", 0) == 0) s.optimizer.emplace_back(name.substr(10), t);
+    else if (name.rfind("rng.", 0) == 0) s.rng.emplace_back(name.substr(4), t);
+  }
+  return s;
+}
+
+void prune_checkpoints(const fs::path& output_dir, int64_t keep_last) {
+  const fs::path root = checkpoints_dir(output_dir);
+  if (!fs::is_directory(root)) return;
+  for (const auto& e : fs::directory_iterator(root))
+    if (e.path().filename().string().rfind(kPartial, 0) == 0) fs::remove_all(e.path());
+  auto all = list_checkpoints(output_dir);
+  for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i) fs::remove_all(all[i]);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> capture_rng_states() {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  out.emplace_back("cpu", at::detail::getDefaultCPUGenerator().get_state());
+  if (at::hasCUDA()) {
+    auto& ctx = at::globalContext();
+    for (c10::DeviceIndex i = 0; i < static_cast<c10::DeviceIndex>(at::getNumGPUs()); ++i)
+      out.emplace_back("cuda:" + std::to_string(i), ctx.defaultGenerator(at::Device(at::kCUDA, i)).get_state());
+  }
+  return out;
+}
+
+void restore_rng_states(const std::vector<std::pair<std::string, at::Tensor>>& states) {
+  auto& ctx = at::globalContext();
+  for (const auto& [name, state] : states) {
+    if (name == "cpu") {
+      at::Generator gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(state);
+    } else if (name.rfind("cuda:", 0) == 0 && at::hasCUDA()) {
+      const int idx = std::stoi(name.substr(5));
+      if (idx < static_cast<int>(at::getNumGPUs()))
+      {
+        at::Generator gen = ctx.defaultGenerator(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(idx)));
+        std::lock_guard<std::mutex> lock(gen.mutex());
+        gen.set_state(state);
+      }
+    }
+  }
+}
+
+}  // namespace fptrain::trainer

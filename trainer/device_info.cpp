@@ -1,0 +1,66 @@
+#include "trainer/device_info.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+
+#include <fstream>
+#include <stdexcept>
+#include <string>
+
+namespace fptrain::trainer {
+namespace {
+
+// Dense bf16 peaks (no sparsity) from the vendors' data sheets.
+std::optional<double> bf16_peak(const std::string& name) {
+  if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos ||
+      name.find("GH200") != std::string::npos)
+    return 989e12;
+  if (name.find("B200") != std::string::npos) return 2250e12;
+  if (name.find("A100") != std::string::npos) return 312e12;
+  if (name.find("L40S") != std::string::npos) return 362e12;
+  if (name.find("A10") != std::string::npos) return 125e12;
+  return std::nullopt;
+}
+
+}  // namespace
+
+DeviceInfo resolve_device(const std::string& requested) {
+  DeviceInfo info;
+  const bool have_cuda = at::hasCUDA() && at::cuda::device_count() > 0;
+  std::string req = requested;
+  if (req == "auto") req = have_cuda ? "cuda" : "cpu";
+  if (req == "cpu") {
+    info.device = at::kCPU;
+    info.name = "CPU (" + std::to_string(at::get_num_threads()) + " threads)";
+    return info;
+  }
+  if (!have_cuda) throw std::invalid_argument("device: '" + requested + "' requested but no CUDA GPU is visible");
+  int index = 0;
+  if (req.rfind("cuda:", 0) == 0) index = std::stoi(req.substr(5));
+  if (index >= at::cuda::device_count())
+    throw std::invalid_argument("device: '" + requested + "' but only " +
+                                std::to_string(at::cuda::device_count()) + " GPU(s) are visible");
+  info.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(index));
+  at::cuda::set_device(index);
+  info.name = at::cuda::getDeviceProperties(index)->name;
+  info.peak_bf16_flops = bf16_peak(info.name);
+  return info;
+}
+
+MemoryStats memory_stats(const at::Device& device) {
+  MemoryStats m;
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    using Agg = c10::CachingAllocator::StatType;
+    m.peak_allocated_bytes = stats.allocated_bytes[static_cast<size_t>(Agg::AGGREGATE)].peak;
+    m.peak_reserved_bytes = stats.reserved_bytes[static_cast<size_t>(Agg::AGGREGATE)].peak;
+  }
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("VmHWM:", 0) == 0) m.peak_rss_bytes = std::stoll(line.substr(6)) * 1024;  // kB
+  return m;
+}
+
+}  // namespace fptrain::trainer

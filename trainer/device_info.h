@@ -1,0 +1,28 @@
+// What the run executes on: device choice, its bf16 peak (for MFU) and peak memory.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace fptrain::trainer {
+
+struct DeviceInfo {
+  at::Device device = at::kCPU;
+  std::string name;                       // "NVIDIA H100 80GB HBM3" or "CPU (16 threads)"
+  std::optional<double> peak_bf16_flops;  // dense bf16 tensor-core peak; unknown for CPUs
+};
+
+// "auto" picks cuda when LibTorch sees a GPU, else cpu. "cuda" without a GPU is an error.
+DeviceInfo resolve_device(const std::string& requested);
+
+struct MemoryStats {
+  int64_t peak_allocated_bytes = 0;  // CUDA caching allocator (0 on CPU)
+  int64_t peak_reserved_bytes = 0;
+  int64_t peak_rss_bytes = 0;        // host process high-water mark
+};
+MemoryStats memory_stats(const at::Device& device);
+
+}  // namespace fptrain::trainer

@@ -1,0 +1,18 @@
+// Console logging for the trainer and the CLI, through spdlog.
+//
+// spdlog and LibTorch both bring an {fmt}, in different versions; this shim is
+// compiled in its own small library without LibTorch's include path, so the
+// rest of the trainer logs through plain strings and never includes spdlog.
+#pragma once
+
+#include <string>
+
+namespace fptrain::trainer::log {
+
+void info(const std::string& message);
+void warn(const std::string& message);
+void error(const std::string& message);
+void debug(const std::string& message);
+void set_verbose(bool verbose);  // debug messages on/off
+
+}  // namespace fptrain::trainer::log

@@ -1,0 +1,223 @@
+#include "trainer/metrics.h"
+
+#include "trainer/log/log.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+namespace fptrain::trainer {
+namespace fs = std::filesystem;
+namespace {
+
+std::string human(double v) {
+  char buf[32];
+  if (v >= 1e9) std::snprintf(buf, sizeof buf, "%.2fG", v / 1e9);
+  else if (v >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", v / 1e6);
+  else if (v >= 1e3) std::snprintf(buf, sizeof buf, "%.1fk", v / 1e3);
+  else std::snprintf(buf, sizeof buf, "%.0f", v);
+  return buf;
+}
+
+double gib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
+
+// Keeps the records of steps <= keep_step (a resumed run rewrites the later ones).
+void truncate_after(const fs::path& path, int64_t keep_step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::vector<std::string> kept;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.contains("step") && j["step"].is_number_integer() &&
+        j["step"].get<int64_t>() > keep_step)
+      continue;
+    kept.push_back(line);
+  }
+  in.close();
+  std::ofstream out(path, std::ios::trunc);
+  for (const auto& l : kept) out << l << '\n';
+}
+
+}  // namespace
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const int64_t s = static_cast<int64_t>(std::llround(seconds));
+  char buf[32];
+  if (s >= 3600) std::snprintf(buf, sizeof buf, "%lldh%02lldm", (long long)(s / 3600), (long long)(s % 3600 / 60));
+  else if (s >= 60) std::snprintf(buf, sizeof buf, "%lldm%02llds", (long long)(s / 60), (long long)(s % 60));
+  else std::snprintf(buf, sizeof buf, "%llds", (long long)s);
+  return buf;
+}
+
+MetricsLogger::MetricsLogger(const fs::path& output_dir, int64_t total_steps, int64_t num_parameters,
+                             const DeviceInfo& device, int64_t resume_step)
+    : path_(output_dir / "metrics.jsonl"),
+      total_steps_(total_steps),
+      num_parameters_(num_parameters),
+      device_(device),
+      start_step_(resume_step),
+      started_(std::chrono::steady_clock::now()) {
+  fs::create_directories(output_dir);
+  if (resume_step > 0) truncate_after(path_, resume_step);
+  else fs::remove(path_);
+  out_.open(path_, std::ios::app);
+  if (!out_) throw std::runtime_error(path_.string() + ": cannot open for writing");
+}
+
+void MetricsLogger::record(const StepRecord& r, int64_t log_interval, bool force) {
+  pending_.push_back(r);
+  if (force || r.step % log_interval == 0 || r.step == total_steps_) flush_interval();
+}
+
+void MetricsLogger::flush_interval() {
+  if (pending_.empty()) return;
+  // One synchronization per log line: all losses of the interval at once.
+  std::vector<at::Tensor> losses;
+  for (const auto& p : pending_) losses.push_back(p.loss);
+  const at::Tensor host = at::stack(losses).to(at::kDouble).cpu();
+  const double* lv = host.data_ptr<double>();
+  double loss_sum = 0, seconds = 0, wait = 0;
+  int64_t tokens = 0, padding = 0, supervised = 0, examples = 0;
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    const auto& p = pending_[i];
+    loss_sum += lv[i];
+    seconds += p.step_seconds;
+    wait += p.data_wait_seconds;
+    tokens += p.tokens - p.padding;
+    padding += p.padding;
+    supervised += p.supervised;
+    examples += p.examples;
+    if (!totals_.first_loss) totals_.first_loss = lv[i];
+    totals_.last_loss = lv[i];
+    totals_.min_loss = std::min(totals_.min_loss.value_or(lv[i]), lv[i]);
+  }
+  const StepRecord& last = pending_.back();
+  const double n = static_cast<double>(pending_.size());
+  const double loss = loss_sum / n;
+  const double grad_norm = last.grad_norm.defined() ? last.grad_norm.item<double>() : 0.0;
+  const double tps = seconds > 0 ? tokens / seconds : 0.0;
+  const double sps = seconds > 0 ? supervised / seconds : 0.0;
+  const double pad_frac = (tokens + padding) > 0 ? static_cast<double>(padding) / (tokens + padding) : 0.0;
+  std::optional<double> mfu;
+  if (device_.peak_bf16_flops) mfu = 6.0 * static_cast<double>(num_parameters_) * tps / *device_.peak_bf16_flops;
+  const MemoryStats mem = memory_stats(device_.device);
+
+  totals_.steps += static_cast<int64_t>(pending_.size());
+  totals_.examples += examples;
+  totals_.tokens += tokens;
+  totals_.supervised += supervised;
+  totals_.padding += padding;
+  totals_.seconds += seconds;
+  totals_.data_wait_seconds += wait;
+
+  const int64_t done = last.step - start_step_;
+  const double per_step = totals_.seconds / std::max<int64_t>(1, totals_.steps);
+  const double eta = per_step * static_cast<double>(std::max<int64_t>(0, total_steps_ - last.step));
+  (void)done;
+
+  nlohmann::json j = {{"step", last.step},
+                      {"epoch", last.epoch},
+                      {"loss", loss},
+                      {"lr", last.lr},
+                      {"grad_norm", grad_norm},
+                      {"tokens_per_s", tps},
+                      {"supervised_tokens_per_s", sps},
+                      {"padding_fraction", pad_frac},
+                      {"mfu", mfu ? nlohmann::json(*mfu) : nlohmann::json(nullptr)},
+                      {"step_time_s", seconds / n},
+                      {"data_wait_s", wait / n},
+                      {"examples", examples},
+                      {"tokens", tokens},
+                      {"supervised_tokens", supervised},
+                      {"steps_in_record", pending_.size()},
+                      {"peak_rss_bytes", mem.peak_rss_bytes},
+                      {"elapsed_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count()}};
+  if (device_.device.is_cuda()) {
+    j["peak_allocated_bytes"] = mem.peak_allocated_bytes;
+    j["peak_reserved_bytes"] = mem.peak_reserved_bytes;
+  }
+  out_ << j.dump() << '\n';
+  out_.flush();
+
+  std::ostringstream line;
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "step %lld/%lld | loss %.4f | lr %.3g | grad %.3f | %s tok/s | sup %s tok/s",
+                (long long)last.step, (long long)total_steps_, loss, last.lr, grad_norm, human(tps).c_str(),
+                human(sps).c_str());
+  line << buf;
+  if (pad_frac > 0) {
+    std::snprintf(buf, sizeof buf, " | pad %.1f%%", 100 * pad_frac);
+    line << buf;
+  }
+  if (mfu) {
+    std::snprintf(buf, sizeof buf, " | MFU %.1f%%", 100 * *mfu);
+    line << buf;
+  }
+  std::snprintf(buf, sizeof buf, " | %.0f ms/step (data %.0f ms)", 1000 * seconds / n, 1000 * wait / n);
+  line << buf;
+  if (device_.device.is_cuda()) {
+    std::snprintf(buf, sizeof buf, " | mem %.1f/%.1f GiB", gib(mem.peak_allocated_bytes), gib(mem.peak_reserved_bytes));
+  } else {
+    std::snprintf(buf, sizeof buf, " | rss %.2f GiB", gib(mem.peak_rss_bytes));
+  }
+  line << buf << " | ETA " << format_duration(eta);
+  log::info(line.str());
+  pending_.clear();
+}
+
+void MetricsLogger::record_eval(int64_t step, double loss, int64_t supervised_tokens, double seconds) {
+  flush_interval();
+  totals_.last_eval_loss = loss;
+  nlohmann::json j = {{"event", "eval"},         {"step", step},
+                      {"eval_loss", loss},       {"eval_perplexity", std::exp(loss)},
+                      {"eval_supervised_tokens", supervised_tokens}, {"eval_seconds", seconds}};
+  out_ << j.dump() << '\n';
+  out_.flush();
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "eval at step %lld: loss %.4f | perplexity %.2f | %lld supervised tokens in %s",
+                (long long)step, loss, std::exp(loss), (long long)supervised_tokens, format_duration(seconds).c_str());
+  log::info(buf);
+}
+
+void MetricsLogger::note(const std::string& event, const nlohmann::json& fields) {
+  flush_interval();
+  nlohmann::json j = fields;
+  j["event"] = event;
+  out_ << j.dump() << '\n';
+  out_.flush();
+}
+
+nlohmann::json MetricsLogger::summary() const {
+  const MemoryStats mem = memory_stats(device_.device);
+  const double tps = totals_.seconds > 0 ? totals_.tokens / totals_.seconds : 0.0;
+  nlohmann::json j = {{"steps", totals_.steps},
+                      {"examples", totals_.examples},
+                      {"tokens", totals_.tokens},
+                      {"supervised_tokens", totals_.supervised},
+                      {"padding_tokens", totals_.padding},
+                      {"train_seconds", totals_.seconds},
+                      {"data_wait_seconds", totals_.data_wait_seconds},
+                      {"tokens_per_s", tps},
+                      {"supervised_tokens_per_s", totals_.seconds > 0 ? totals_.supervised / totals_.seconds : 0.0},
+                      {"num_parameters", num_parameters_},
+                      {"device", device_.name},
+                      {"peak_rss_bytes", mem.peak_rss_bytes}};
+  if (device_.peak_bf16_flops) {
+    j["mfu"] = 6.0 * static_cast<double>(num_parameters_) * tps / *device_.peak_bf16_flops;
+    j["peak_bf16_flops"] = *device_.peak_bf16_flops;
+  }
+  if (device_.device.is_cuda()) {
+    j["peak_allocated_bytes"] = mem.peak_allocated_bytes;
+    j["peak_reserved_bytes"] = mem.peak_reserved_bytes;
+  }
+  if (totals_.first_loss) j["first_loss"] = *totals_.first_loss;
+  if (totals_.last_loss) j["last_loss"] = *totals_.last_loss;
+  if (totals_.min_loss) j["min_loss"] = *totals_.min_loss;
+  if (totals_.last_eval_loss) j["eval_loss"] = *totals_.last_eval_loss;
+  return j;
+}
+
+}  // namespace fptrain::trainer

@@ -1,0 +1,80 @@
+// Training metrics: per-step counters accumulate on the host (the loss and the
+// gradient norm stay on the device until a log step), and every log interval
+// becomes one console progress line and one JSONL record.
+#pragma once
+
+#include "trainer/device_info.h"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fptrain::trainer {
+
+struct StepRecord {
+  int64_t step = 0;  // 1-based: optimizer steps completed after this one
+  int64_t epoch = 0;
+  at::Tensor loss;       // fp32 scalar on the device: summed token loss / supervised tokens
+  at::Tensor grad_norm;  // fp32 scalar on the device, before clipping
+  double lr = 0.0;
+  int64_t examples = 0;
+  int64_t tokens = 0;  // padding included
+  int64_t padding = 0;
+  int64_t supervised = 0;
+  double step_seconds = 0.0;  // wall time of the whole step, data wait included
+  double data_wait_seconds = 0.0;
+};
+
+struct RunTotals {
+  int64_t steps = 0;
+  int64_t examples = 0;
+  int64_t tokens = 0;  // non-padding
+  int64_t supervised = 0;
+  int64_t padding = 0;
+  double seconds = 0.0;
+  double data_wait_seconds = 0.0;
+  std::optional<double> first_loss, last_loss, min_loss;
+  std::optional<double> last_eval_loss;
+};
+
+class MetricsLogger {
+ public:
+  // Appends to <output_dir>/metrics.jsonl. On resume, records after `resume_step` (from a run that died
+  // before its next checkpoint) are removed first so the file stays one record per step.
+  MetricsLogger(const std::filesystem::path& output_dir, int64_t total_steps, int64_t num_parameters,
+                const DeviceInfo& device, int64_t resume_step);
+
+  // Adds one step; at every `log_interval`-th step (and when `force`) syncs, prints and writes.
+  void record(const StepRecord& r, int64_t log_interval, bool force = false);
+  void record_eval(int64_t step, double loss, int64_t supervised_tokens, double seconds);
+  void note(const std::string& event, const nlohmann::json& fields);  // {"event": ...} records
+
+  const RunTotals& totals() const { return totals_; }
+  nlohmann::json summary() const;
+  std::filesystem::path path() const { return path_; }
+
+ private:
+  void flush_interval();
+
+  std::filesystem::path path_;
+  std::ofstream out_;
+  int64_t total_steps_;
+  int64_t num_parameters_;
+  DeviceInfo device_;
+  int64_t start_step_;
+  std::vector<StepRecord> pending_;
+  RunTotals totals_;
+  std::chrono::steady_clock::time_point started_;
+};
+
+// "1h02m", "3m05s", "12s".
+std::string format_duration(double seconds);
+
+}  // namespace fptrain::trainer

@@ -1,1 +1,0 @@
-int fptrain_trainer_placeholder = 0;
