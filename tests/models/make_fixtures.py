@@ -2,7 +2,8 @@
 
 For each family it makes a tiny random checkpoint with transformers itself, saves it
 with save_pretrained (Llama sharded), reloads it with eager attention, and runs a set
-of examples of different lengths through it ONE AT A TIME. Per example it records the
+of examples of different lengths through it one at a time (and once more as one
+packed row, boundaries given only by restarting position_ids). Per example it records the
 input, the logits, the summed token loss (HF's own loss with num_items_in_batch=1,
 i.e. the sum over supervised tokens) and the gradient of every parameter.
 
@@ -13,6 +14,8 @@ i.e. the sum over supervised tokens) and the gradient of every parameter.
       example.<i>.loss_sum                            fp32 []
       example.<i>.grad.<parameter name>               fp32, like the parameter
       rope.inv_freq                                   fp32 [head_dim / 2]
+      pack.position_ids, pack.logits, pack.loss_sum, pack.grad.<parameter name>
+          all examples concatenated in one row, positions restarting at 0
 """
 import argparse
 import pathlib
@@ -90,7 +93,8 @@ def make(name, out_dir, seed):
     golden = {"rope.inv_freq": model.model.rotary_emb.inv_freq.detach().clone()}
     for i, (ids, labels) in enumerate(make_examples(model.config.vocab_size, generator)):
         model.zero_grad(set_to_none=True)
-        out = model(input_ids=ids[None], labels=labels[None], num_items_in_batch=1)
+        out = model(input_ids=ids[None], labels=labels[None], num_items_in_batch=1,
+                use_cache=False)
         out.loss.backward()
         golden[f"example.{i}.input_ids"] = ids
         golden[f"example.{i}.labels"] = labels
@@ -99,6 +103,22 @@ def make(name, out_dir, seed):
         for pname, p in model.named_parameters():
             grad = p.grad if p.grad is not None else torch.zeros_like(p)
             golden[f"example.{i}.grad.{pname}"] = grad.detach().clone().contiguous()
+
+    # The same examples as one packed row. transformers finds the boundaries
+    # itself where position_ids restart, an independent check of our cu_seqlens path.
+    examples = [(golden[f"example.{i}.input_ids"], golden[f"example.{i}.labels"]) for i in range(len(LENGTHS))]
+    ids = torch.cat([e[0] for e in examples])
+    labels = torch.cat([e[1] for e in examples])
+    positions = torch.cat([torch.arange(len(e[0])) for e in examples])
+    model.zero_grad(set_to_none=True)
+    out = model(input_ids=ids[None], position_ids=positions[None], labels=labels[None], num_items_in_batch=1,
+                use_cache=False)
+    out.loss.backward()
+    golden["pack.position_ids"] = positions
+    golden["pack.logits"] = out.logits[0].detach().clone()
+    golden["pack.loss_sum"] = out.loss.detach().clone()
+    for pname, p in model.named_parameters():
+        golden[f"pack.grad.{pname}"] = p.grad.detach().clone().contiguous()
     save_file(golden, out_dir / f"{name}-golden.safetensors")
 
 

@@ -84,6 +84,16 @@ class Golden {
   at::Tensor loss_sum(int i) const { return get(key(i, "loss_sum")); }
   at::Tensor grad(int i, const std::string& param) const { return get(key(i, "grad." + param)); }
   at::Tensor rope_inv_freq() const { return get("rope.inv_freq"); }
+  // All examples in one row (transformers found the boundaries from the positions).
+  at::Tensor pack_position_ids() const { return get("pack.position_ids"); }
+  at::Tensor pack_logits() const { return get("pack.logits"); }
+  at::Tensor pack_loss_sum() const { return get("pack.loss_sum"); }
+  at::Tensor pack_grad(const std::string& param) const { return get("pack.grad." + param); }
+  std::vector<Example> examples() const {
+    std::vector<Example> out;
+    for (int i = 0; i < num_examples_; ++i) out.push_back(example(i));
+    return out;
+  }
 
  private:
   static std::string key(int i, const std::string& what) {
