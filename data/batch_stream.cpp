@@ -117,32 +117,11 @@ std::shared_ptr<const ProcessedExample> BatchStream::next_example(bool account_i
 }
 
 void BatchStream::account(const ProcessedExample& ex) {
-  DataStats& s = stats_;
-  ++s.seen;
-  switch (ex.status) {
-    case ExampleStatus::kUsed:
-    case ExampleStatus::kTruncated:
-      (ex.status == ExampleStatus::kUsed ? s.used : s.truncated) += 1;
-      s.tokens += ex.length();
-      s.supervised_tokens += ex.supervised;
-      s.truncated_tokens += ex.original_length - ex.length();
-      break;
-    case ExampleStatus::kDropped:
-      ++s.dropped;
-      if (s.first_dropped.size() < DataStats::kFirstLinesKept) s.first_dropped.push_back(source_.where(ex.file, ex.line));
-      break;
-    case ExampleStatus::kSkipped: {
-      if (is_bad_line(ex.reason) && options_.bad_lines == BadLinePolicy::kError)
-        throw std::runtime_error(source_.where(ex.file, ex.line) + ": " + ex.problem +
-                                 " (set data.bad_lines: skip to skip such lines)");
-      const int r = static_cast<int>(ex.reason);
-      ++s.skipped[r];
-      if (s.first_skipped[r].size() < DataStats::kFirstLinesKept)
-        s.first_skipped[r].push_back(source_.where(ex.file, ex.line));
-      if (ex.reason == SkipReason::kZeroSupervised) check_zero_supervised(false);
-      break;
-    }
-  }
+  if (ex.status == ExampleStatus::kSkipped && is_bad_line(ex.reason) && options_.bad_lines == BadLinePolicy::kError)
+    throw std::runtime_error(source_.where(ex.file, ex.line) + ": " + ex.problem +
+                             " (set data.bad_lines: skip to skip such lines)");
+  account_example(stats_, ex, source_);
+  if (ex.status == ExampleStatus::kSkipped && ex.reason == SkipReason::kZeroSupervised) check_zero_supervised(false);
 }
 
 void BatchStream::check_zero_supervised(bool end_of_epoch) const {

@@ -82,4 +82,28 @@ ProcessedExample ExampleSource::process(ExampleRef ref) const {
   return out;
 }
 
+void account_example(DataStats& s, const ProcessedExample& ex, const ExampleSource& source) {
+  ++s.seen;
+  switch (ex.status) {
+    case ExampleStatus::kUsed:
+    case ExampleStatus::kTruncated:
+      (ex.status == ExampleStatus::kUsed ? s.used : s.truncated) += 1;
+      s.tokens += ex.length();
+      s.supervised_tokens += ex.supervised;
+      s.truncated_tokens += ex.original_length - ex.length();
+      break;
+    case ExampleStatus::kDropped:
+      ++s.dropped;
+      if (s.first_dropped.size() < DataStats::kFirstLinesKept) s.first_dropped.push_back(source.where(ex.file, ex.line));
+      break;
+    case ExampleStatus::kSkipped: {
+      const int r = static_cast<int>(ex.reason);
+      ++s.skipped[r];
+      if (s.first_skipped[r].size() < DataStats::kFirstLinesKept)
+        s.first_skipped[r].push_back(source.where(ex.file, ex.line));
+      break;
+    }
+  }
+}
+
 }  // namespace fptrain::data

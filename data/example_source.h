@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "data/data_options.h"
+#include "data/data_stats.h"
 #include "data/epoch_order.h"
 #include "data/example_encoder.h"
 #include "data/jsonl_file.h"
@@ -31,6 +32,11 @@ struct ProcessedExample {
   int64_t length() const { return static_cast<int64_t>(input_ids.size()); }
   bool trained() const { return status == ExampleStatus::kUsed || status == ExampleStatus::kTruncated; }
 };
+
+class ExampleSource;
+
+// Adds one example to the accounting (kept first line numbers name the file).
+void account_example(DataStats& stats, const ProcessedExample& ex, const ExampleSource& source);
 
 class ExampleSource {
  public:

@@ -11,6 +11,7 @@ Writes into --out:
   chat_flatten.jsonl, chat_flatten_golden.json
                                   conversations -> apply_chat_template (ids + assistant mask as labels)
                                   -> DataCollatorWithFlattening: the whole text path end to end
+  gen_<profile>_<format>.jsonl    scripts/make_dataset.py output in every format
 
 The chat templates below are written for this test in the public conventions
 of each model family (Llama 3, Llama 2, Mistral, Granite 3); fptrain's native
@@ -219,6 +220,16 @@ def flatten_golden(toks, out):
         json.dump(golden, f)
 
 
+def generated(out):
+    import subprocess
+    import sys
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "make_dataset.py")
+    for profile, fmt, n in (("flan", "messages", 400), ("flan", "prompt_completion", 200),
+                            ("orcamath", "alpaca", 200), ("orcamath", "text", 100)):
+        subprocess.run([sys.executable, script, "--profile", profile, "--format", fmt, "--examples", str(n),
+                        "--seed", "3", "--out", os.path.join(out, f"gen_{profile}_{fmt}.jsonl")], check=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
@@ -227,6 +238,7 @@ def main():
     toks = make_tokenizers(args.out)
     chat_golden(toks, args.out)
     flatten_golden(toks, args.out)
+    generated(args.out)
 
 
 if __name__ == "__main__":
