@@ -1,0 +1,52 @@
+// The model stage for a SentencePiece tokenizer.model, run by libsentencepiece.
+//
+// transformers (5.x) does not run SentencePiece's own normalizer for Llama /
+// Mistral tokenizers: it converts the model to a BPE with a Metaspace
+// pre-tokenizer (spaces become "▁", a "▁" is prepended per its prepend scheme)
+// and no normalizer. To give the same ids we load the model with its
+// normalizer replaced by identity and no dummy prefix, and feed it text that
+// the Metaspace pre-tokenizer has already prepared.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "data/token_model.h"
+
+namespace sentencepiece {
+class SentencePieceProcessor;
+}
+
+namespace fptrain::data {
+
+class SentencePieceModel final : public TokenModel {
+ public:
+  // Piece types of sentencepiece_model.proto.
+  enum class PieceType { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
+
+  explicit SentencePieceModel(const std::filesystem::path& model_file);
+  ~SentencePieceModel() override;
+
+  void tokenize(std::string_view piece, std::vector<int32_t>& ids) const override;
+  std::optional<int32_t> token_to_id(std::string_view token) const override;
+  const std::string* id_to_token(int32_t id) const override;
+  int64_t size() const override { return static_cast<int64_t>(pieces_.size()); }
+
+  PieceType type(int32_t id) const { return types_.at(id); }
+  bool is_unigram() const { return is_unigram_; }
+
+ private:
+  std::string file_;
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;
+  std::vector<std::string> pieces_;
+  std::vector<PieceType> types_;
+  std::unordered_map<std::string, int32_t> ids_;
+  int32_t unk_id_ = -1;
+  bool has_byte_pieces_ = false;
+  bool is_unigram_ = false;
+};
+
+}  // namespace fptrain::data

@@ -1,0 +1,90 @@
+#include "data/sentencepiece_tokenizer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <stdexcept>
+
+#include "data/sentencepiece_model.h"
+#include "data/special_tokens.h"
+#include "data/tokenizer_pipeline.h"
+
+namespace fptrain::data {
+namespace {
+
+bool is_llama_class(const std::optional<std::string>& cls) {
+  return !cls || *cls == "LlamaTokenizer" || *cls == "LlamaTokenizerFast";
+}
+
+AddedToken named_default(const std::optional<AddedToken>& configured, const char* content) {
+  if (configured) return *configured;
+  AddedToken t;
+  t.content = content;
+  t.special = true;
+  t.normalized = false;
+  return t;
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> load_sentencepiece_tokenizer(const std::filesystem::path& model_file,
+                                                        const TokenizerConfig& config_in) {
+  const std::string file = model_file.string();
+  if (!is_llama_class(config_in.tokenizer_class)) {
+    throw std::runtime_error(file + ": tokenizer_class '" + *config_in.tokenizer_class +
+                             "' is not supported with a tokenizer.model (supported: LlamaTokenizer, as used by "
+                             "Llama 2 and Mistral); provide a tokenizer.json instead");
+  }
+  auto model = std::make_unique<SentencePieceModel>(model_file);
+  if (model->is_unigram()) {
+    throw std::runtime_error(file + ": unigram SentencePiece models are not supported (transformers turns them into "
+                             "a BPE for LlamaTokenizer, which libsentencepiece does not reproduce); provide a "
+                             "tokenizer.json instead");
+  }
+  TokenizerParts parts;
+  const auto* spm = model.get();
+  parts.model = std::move(model);
+
+  // Control pieces are special added tokens, user-defined pieces plain ones.
+  for (int32_t id = 0; id < spm->size(); ++id) {
+    const auto type = spm->type(id);
+    if (type != SentencePieceModel::PieceType::kControl && type != SentencePieceModel::PieceType::kUserDefined) {
+      continue;
+    }
+    AddedToken t;
+    t.content = *spm->id_to_token(id);
+    t.id = id;
+    t.special = type == SentencePieceModel::PieceType::kControl;
+    t.normalized = false;
+    parts.added.add(t, nullptr);
+  }
+
+  // LlamaTokenizer's defaults for the named tokens.
+  TokenizerConfig config = config_in;
+  config.unk_token = named_default(config.unk_token, "<unk>");
+  config.bos_token = named_default(config.bos_token, "<s>");
+  config.eos_token = named_default(config.eos_token, "</s>");
+  const std::string config_file = (model_file.parent_path() / "tokenizer_config.json").string();
+  apply_config_tokens(config, parts, config_file);
+
+  // transformers: add_prefix_space (default true) and legacy (default false)
+  // pick Metaspace's prepend scheme.
+  const bool add_prefix_space = config.add_prefix_space.value_or(true);
+  const char* scheme = !add_prefix_space ? "never" : config.legacy.value_or(false) ? "always" : "first";
+  const std::string metaspace = "\xE2\x96\x81";
+  parts.pre_tokenizer = make_pre_tokenizer(
+      {{"type", "Metaspace"}, {"replacement", metaspace}, {"prepend_scheme", scheme}, {"split", false}}, file);
+  nlohmann::json decoders = nlohmann::json::array({
+      {{"type", "Replace"}, {"pattern", {{"String", metaspace}}}, {"content", " "}},
+      {{"type", "ByteFallback"}},
+      {{"type", "Fuse"}},
+  });
+  if (add_prefix_space) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+  parts.decoder = make_decoder({{"type", "Sequence"}, {"decoders", decoders}}, file);
+
+  // The converted tokenizer has no post-processor, so transformers always
+  // builds [bos] $A [eos] from add_bos_token / add_eos_token (default false).
+  apply_bos_eos_template(config, parts, config_file);
+  return std::make_unique<PipelineTokenizer>(std::move(parts));
+}
+
+}  // namespace fptrain::data

@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Trains small tokenizers with the real libraries and records Hugging Face's ids.
+
+Every fixture is a directory as a model checkpoint would ship it (tokenizer.model
+or tokenizer.json plus tokenizer_config.json) and a golden.json holding, for each
+line of a test corpus, transformers' AutoTokenizer ids with and without special
+tokens and its decode of them. The C++ tests must reproduce all of it.
+
+    make_fixtures.py --out DIR
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+
+LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+WORDS = ("the of and to in is was for on that with as by it at from this be are or an have not which but "
+         "model training data token tokenizer batch gradient loss learning rate attention layer weight "
+         "café naïve résumé Zürich façade über Ångström señor crème brûlée déjà São Paulo Kraków Dvořák "
+         "東京 日本語 の テキスト 中文 分词 测试 데이터 학습 привет мир данные γλώσσα "
+         "😀 🚀 👍🏽 👩‍💻 👨‍👩‍👧‍👦 🏳️‍🌈 ❤️").split()
+CODE = [
+    "def add(a, b):\n\treturn a + b\n",
+    "for (int i = 0; i < n; ++i) { sum += x[i]; }",
+    "if x != None and len(y) >= 10: print(f\"{x!r}\")",
+    "std::vector<int32_t> ids = tok.encode(text, true);",
+    "SELECT id, name FROM users WHERE age > 21;",
+    "<div class=\"box\">&nbsp;</div>",
+    "    indented    code\t\twith tabs",
+]
+SPACES = [" ", " ", " ", "  ", "\u00a0", "\u3000", "\u2009", "\t", "\n", "\r\n"]
+
+
+def random_line(rng, specials):
+    kind = rng.random()
+    if kind < 0.15:
+        return rng.choice(CODE)
+    parts = []
+    for _ in range(rng.randint(1, 14)):
+        r = rng.random()
+        if r < 0.1:
+            parts.append(str(rng.randint(0, 10 ** rng.randint(1, 12))))
+        elif r < 0.14 and specials:
+            parts.append(rng.choice(specials))
+        elif r < 0.2:
+            parts.append(rng.choice(",.;:!?'\"()[]{}-—…"))
+        else:
+            word = rng.choice(WORDS)
+            parts.append(word.capitalize() if rng.random() < 0.2 else word)
+        parts.append(rng.choice(SPACES))
+    return "".join(parts).rstrip(" ") if rng.random() < 0.7 else "".join(parts)
+
+
+def training_corpus(seed=1, n=6000):
+    rng = random.Random(seed)
+    return [random_line(rng, []) for _ in range(n)]
+
+
+def test_corpus(specials, seed=7, n=400):
+    rng = random.Random(seed)
+    fixed = [
+        "", " ", "  ", "Hello world", " Hello world", "Hello world ", "  leading and trailing  ",
+        "tab\tseparated\tvalues", "line one\r\nline two\r\n", "\n\nnewlines\n", "1234567890 3.14159 2026-11-21",
+        "café naïve Zürich", "東京は日本の首都です。", "👩‍💻 writes code 🚀", "🏳️‍🌈👨‍👩‍👧‍👦",
+        "non\u00a0breaking\u3000ideographic\u2009thin", "don't won't it's we've they're I'm",
+        "CAPS and MiXeD", "a" * 50, "x" + " " * 20 + "y", "\u00e9\u0301 combining",
+    ]
+    for s in specials:
+        fixed += [s, s + "text", "text" + s, "a " + s + " b", s + s, " " + s, s + " "]
+    return fixed + [random_line(rng, specials) for _ in range(n)]
+
+
+def golden(tok_dir, lines, extra_check=None):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tok_dir)
+    with_special = [tok(line, add_special_tokens=True)["input_ids"] for line in lines]
+    without_special = [tok(line, add_special_tokens=False)["input_ids"] for line in lines]
+    record = {
+        "tokenizer_class": type(tok).__name__,
+        "lines": lines,
+        "with_special": with_special,
+        "without_special": without_special,
+        "decoded": [tok.decode(ids) for ids in with_special],
+        "vocab_size": max(tok.get_vocab().values()) + 1,
+        "bos_id": tok.bos_token_id,
+        "eos_id": tok.eos_token_id,
+        "pad_id": tok.pad_token_id,
+        "probe_tokens": {t: tok.convert_tokens_to_ids(t) for t in list(tok.get_vocab())[:50]},
+    }
+    with open(os.path.join(tok_dir, "golden.json"), "w", encoding="utf-8") as f:
+        json.dump(record, f, ensure_ascii=False)
+    return record
+
+
+def write_config(tok_dir, config):
+    with open(os.path.join(tok_dir, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, ensure_ascii=False, indent=1)
+
+
+def make_sentencepiece(out):
+    """Llama 2 / Mistral style: SentencePiece BPE with byte fallback and identity normalization."""
+    import sentencepiece as spm
+
+    work = os.path.join(out, "_spm_work")
+    os.makedirs(work, exist_ok=True)
+    corpus_path = os.path.join(work, "corpus.txt")
+    with open(corpus_path, "w", encoding="utf-8") as f:
+        f.write("\n".join(line.replace("\n", " ").replace("\r", " ") for line in training_corpus()))
+    spm.SentencePieceTrainer.train(
+        input=corpus_path, model_prefix=os.path.join(work, "m"), model_type="bpe", vocab_size=1200,
+        byte_fallback=True, normalization_rule_name="identity", remove_extra_whitespaces=False,
+        add_dummy_prefix=True, split_digits=True, allow_whitespace_only_pieces=True, character_coverage=0.995,
+        unk_id=0, bos_id=1, eos_id=2, pad_id=-1, user_defined_symbols=["<sep>"], minloglevel=2)
+    specials = ["<s>", "</s>", "<unk>", "<sep>"]
+    lines = test_corpus(specials)
+    variants = {
+        # Llama 2's tokenizer_config.json
+        "spm_llama2": {"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>",
+                       "unk_token": "<unk>", "add_bos_token": True, "add_eos_token": False, "legacy": False},
+        # legacy prefixing, EOS appended, a pad token
+        "spm_legacy_eos": {"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>",
+                           "unk_token": "<unk>", "pad_token": "<unk>", "add_bos_token": True,
+                           "add_eos_token": True, "legacy": True},
+    }
+    names = []
+    for name, config in variants.items():
+        d = os.path.join(out, name)
+        os.makedirs(d, exist_ok=True)
+        shutil.copy(os.path.join(work, "m.model"), os.path.join(d, "tokenizer.model"))
+        write_config(d, config)
+        golden(d, lines)
+        names.append(name)
+    shutil.rmtree(work)
+    return names
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    names = make_sentencepiece(args.out)
+    with open(os.path.join(args.out, "index.json"), "w") as f:
+        json.dump({"tokenizers": names}, f, indent=1)
+    print(f"wrote {len(names)} tokenizer fixtures to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
