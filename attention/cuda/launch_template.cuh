@@ -8,7 +8,7 @@
 
 #include "attention/cuda/bwd_kernel.cuh"
 #include "attention/cuda/bwd_pre_post.cuh"
-#include "attention/cuda/fwd_kernel.cuh"
+#include "attention/cuda/fwd_wgmma_kernel.cuh"
 #include "attention/cuda/launch.h"
 #include "attention/cuda/tile_scheduler.cuh"
 

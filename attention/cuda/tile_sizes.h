@@ -3,9 +3,9 @@
 
 namespace fptrain::attention::cuda {
 
-// Forward: 8 warps x 16 query rows; key step 64 at D=128 (registers), 128 at D=64.
+// Forward: 2 warpgroups x 64 query rows (wgmma m64), key step 128.
 constexpr int fwd_block_m(int) { return 128; }
-constexpr int fwd_block_n(int head_dim) { return head_dim == 128 ? 64 : 128; }
+constexpr int fwd_block_n(int) { return 128; }
 // dK/dV: 8 warps x 16 keys; query step 64.
 constexpr int bwd_block_n(int) { return 128; }
 constexpr int bwd_block_m(int) { return 64; }
