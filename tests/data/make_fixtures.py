@@ -5,6 +5,7 @@ Writes into --out:
   tok_llama3/ tok_granite3/       byte-level BPE tokenizers (tokenizers' trainer, Llama-3 style split regex)
   tok_llama2/ tok_mistral/        SentencePiece BPE with byte fallback (sentencepiece's trainer)
                                   each saved by transformers with its chat template
+  spm_llama2/ spm_mistral/        the same as tokenizer.model (no tokenizer.json)
   chat_golden.json                per template: conversations, apply_chat_template text, ids, assistant masks
   flatten_*.jsonl, flatten_golden.json
                                   pre-tokenized examples and DataCollatorWithFlattening's batches of them
@@ -154,6 +155,14 @@ def make_tokenizers(out):
         toks[name] = t
     for name, t in toks.items():
         t.save_pretrained(os.path.join(out, "tok_" + name))
+    # The same SentencePiece tokenizers as a tokenizer.model without tokenizer.json (read via libsentencepiece).
+    import shutil
+    for name in ("llama2", "mistral"):
+        d = os.path.join(out, "spm_" + name)
+        os.makedirs(d, exist_ok=True)
+        shutil.copy(os.path.join(out, "sp.model"), os.path.join(d, "tokenizer.model"))
+        for f in ("tokenizer_config.json", "chat_template.jinja"):
+            shutil.copy(os.path.join(out, "tok_" + name, f), os.path.join(d, f))
     return toks
 
 
