@@ -104,7 +104,7 @@ __global__ void __launch_bounds__(FwdTraits<D>::kThreads, 1) fwd_kernel(FwdParam
       for (int kt = 0; kt < D / 16; ++kt) {
         const uint32_t a = s_q + (kt / 4) * QTile::kSlabBytes + wg * 64 * 128 + (kt % 4) * 32;
         const uint32_t b = s_k + (kt / 4) * KVTile::kSlabBytes + (kt % 4) * 32;
-        Wgmma<T, BN>::template ss<0>(s, wgmma_desc(a, 16, 1024), wgmma_desc(b, 16, 1024), kt > 0);
+        Wgmma<T, BN>::template ss<0, 0>(s, wgmma_desc(a, 16, 1024), wgmma_desc(b, 16, 1024), kt > 0);
       }
       wgmma_commit();
       wgmma_wait<0>();

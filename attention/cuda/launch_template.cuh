@@ -6,7 +6,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "attention/cuda/bwd_kernel.cuh"
+#include "attention/cuda/bwd_dkdv_kernel.cuh"
+#include "attention/cuda/bwd_dq_kernel.cuh"
 #include "attention/cuda/bwd_pre_post.cuh"
 #include "attention/cuda/fwd_wgmma_kernel.cuh"
 #include "attention/cuda/launch.h"

@@ -77,6 +77,12 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// 4-byte global->shared copy; src_bytes = 0 writes zeros.
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, bool valid) {
+  int n = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+
 // Row-major tile of 16-bit elements, COLS a multiple of 64, stored with the 16-byte
 // chunks of each row XOR-swizzled by (row % 8): the 8 rows one ldmatrix reads then
 // hit 8 different bank groups.

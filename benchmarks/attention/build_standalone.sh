@@ -14,12 +14,23 @@ TORCH=$("$PY" -c "import torch, os; print(os.path.dirname(torch.__file__))")
 CUDA=${CUDA_HOME:-/usr/local/cuda}
 NVCC="$CUDA/bin/nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -lineinfo -Xcompiler -fPIC -I$ROOT"
 CXX="g++ -std=c++17 -O2 -fPIC -I$ROOT -isystem $TORCH/include -isystem $TORCH/include/torch/csrc/api/include -isystem $CUDA/include -DFPTRAIN_HAVE_FPTRAIN_KERNELS=1"
+# Up to date when the object is newer than the source and every header it may include.
+fresh() {
+  local obj=$1 src=$2
+  [ -f "$obj" ] || return 1
+  [ "$obj" -nt "$src" ] || return 1
+  for h in "$ROOT"/attention/*.h "$ROOT"/attention/cuda/*.h "$ROOT"/attention/cuda/*.cuh; do
+    [ "$obj" -nt "$h" ] || return 1
+  done
+}
 pids=()
 for f in "$ROOT"/attention/cuda/*.cu; do
+  fresh "$OUT/obj/$(basename "$f").o" "$f" && continue
   $NVCC -Xptxas -v -c "$f" -o "$OUT/obj/$(basename "$f").o" 2>"$OUT/obj/$(basename "$f").ptxas.txt" &
   pids+=($!)
 done
 for f in "$ROOT"/attention/cuda/*.cpp "$ROOT"/tests/attention_gpu/*_test.cpp "$ROOT"/benchmarks/attention/attention_bench.cpp; do
+  fresh "$OUT/obj/$(basename "$f").o" "$f" && continue
   $CXX -c "$f" -o "$OUT/obj/$(basename "$f").o" &
   pids+=($!)
 done
