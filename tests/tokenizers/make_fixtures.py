@@ -138,12 +138,150 @@ def make_sentencepiece(out):
     return names
 
 
+def save_tokenizer_json(tok, tok_dir, edit=None):
+    """Saves a tokenizers.Tokenizer as tokenizer.json, optionally editing the JSON first."""
+    data = json.loads(tok.to_str())
+    if edit:
+        edit(data)
+    os.makedirs(tok_dir, exist_ok=True)
+    with open(os.path.join(tok_dir, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(data, f, ensure_ascii=False)
+    return data
+
+
+def check_raw_file_matches(tok_dir, record):
+    """Where transformers uses tokenizer.json as it is, tokenizers.Tokenizer must agree with it."""
+    from tokenizers import Tokenizer
+
+    raw = Tokenizer.from_file(os.path.join(tok_dir, "tokenizer.json"))
+    for line, ids in zip(record["lines"], record["with_special"]):
+        assert raw.encode(line).ids == ids, (tok_dir, line)
+
+
+def other_merge_form(data):
+    merges = data["model"]["merges"]
+    if merges and isinstance(merges[0], str):
+        data["model"]["merges"] = [m.split(" ") for m in merges]
+    else:
+        data["model"]["merges"] = [" ".join(m) for m in merges]
+
+
+def make_byte_level(out):
+    """Llama 3 style: Split(Llama 3 regex) + ByteLevel, BOS template, header/turn special tokens.
+    Granite style: GPT2Tokenizer class (ByteLevel with GPT-2's regex), no BOS."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_SPLIT), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=3000, special_tokens=specials, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(training_corpus(), trainer)
+    bos = tok.token_to_id("<|begin_of_text|>")
+    tok.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A <|begin_of_text|> $B:1",
+                                      special_tokens=[("<|begin_of_text|>", bos)])])
+    # Added tokens with the other flags: a plain (normalized) one and a special one with lstrip/rstrip.
+    tok.add_tokens([AddedToken("<tool_call>", special=False)])
+    tok.add_special_tokens([AddedToken("<|mask|>", lstrip=True, rstrip=True, special=True)])
+    llama3_config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|begin_of_text|>",
+                     "eos_token": "<|eot_id|>", "clean_up_tokenization_spaces": True}
+    test_specials = specials + ["<tool_call>", "<|mask|>"]
+    lines = test_corpus(test_specials)
+    names = []
+
+    def variant(name, config, edit=None, raw_check=True):
+        d = os.path.join(out, name)
+        save_tokenizer_json(tok, d, edit)
+        write_config(d, config)
+        record = golden(d, lines)
+        if raw_check:
+            check_raw_file_matches(d, record)
+        names.append(name)
+
+    variant("bpe_llama3", llama3_config)
+    variant("bpe_llama3_other_merge_form", llama3_config, other_merge_form)
+    variant("bpe_llama3_ignore_merges", llama3_config, lambda d: d["model"].__setitem__("ignore_merges", True))
+
+    granite = Tokenizer(models.BPE())
+    granite.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    granite.decoder = decoders.ByteLevel()
+    granite.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(vocab_size=2500, special_tokens=["<|end_of_text|>", "<fim_prefix>"],
+                                  show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    granite.train_from_iterator(training_corpus(), trainer)
+    d = os.path.join(out, "bpe_granite")
+    save_tokenizer_json(granite, d)
+    write_config(d, {"tokenizer_class": "GPT2Tokenizer", "bos_token": "<|end_of_text|>",
+                     "eos_token": "<|end_of_text|>", "pad_token": "<|end_of_text|>", "unk_token": "<|end_of_text|>",
+                     "add_prefix_space": False})
+    golden(d, test_corpus(["<|end_of_text|>", "<fim_prefix>"]))
+    names.append("bpe_granite")
+    return names
+
+
+def make_byte_fallback(out):
+    """Llama 2 / Mistral tokenizer.json: byte-fallback BPE over "▁"-joined text."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    byte_tokens = [f"<0x{b:02X}>" for b in range(256)]
+    tok = Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=True, byte_fallback=True))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="never", split=True)  # training only
+    trainer = trainers.BpeTrainer(vocab_size=1500, special_tokens=["<unk>", "<s>", "</s>"] + byte_tokens,
+                                  limit_alphabet=120, show_progress=False)
+    tok.train_from_iterator(training_corpus(), trainer)
+    tok.pre_tokenizer = None
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(content=" ", left=1, right=0)])
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B:1", special_tokens=[("<s>", tok.token_to_id("<s>"))])
+
+    def bytes_in_vocab_only(data):
+        # Llama 2 keeps <0xNN> in the model vocabulary, not as added tokens.
+        data["added_tokens"] = [t for t in data["added_tokens"] if t["content"] not in byte_tokens]
+
+    def metaspace_form(data):
+        bytes_in_vocab_only(data)
+        data["normalizer"] = None
+        data["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": False}
+
+    lines = test_corpus(["<s>", "</s>", "<unk>"])
+    added = {str(tok.token_to_id(t)): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
+                                       "single_word": False, "special": True} for t in ["<unk>", "<s>", "</s>"]}
+    names = []
+    for name, edit, config, raw_check in [
+        ("bpe_byte_fallback", bytes_in_vocab_only,
+         {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"},
+         True),
+        ("bpe_byte_fallback_metaspace", metaspace_form,
+         {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+          "add_bos_token": True, "add_eos_token": True}, False),
+        # Llama 2's own config: transformers rebuilds the pipeline as LlamaTokenizer (legacy=False).
+        ("bpe_byte_fallback_llama_class", bytes_in_vocab_only,
+         {"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+          "add_bos_token": True, "add_eos_token": False, "legacy": False, "added_tokens_decoder": added}, False),
+    ]:
+        d = os.path.join(out, name)
+        save_tokenizer_json(tok, d, edit)
+        write_config(d, config)
+        record = golden(d, lines)
+        if raw_check:
+            check_raw_file_matches(d, record)
+        names.append(name)
+    return names
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    names = make_sentencepiece(args.out)
+    names = make_sentencepiece(args.out) + make_byte_level(args.out) + make_byte_fallback(args.out)
     with open(os.path.join(args.out, "index.json"), "w") as f:
         json.dump({"tokenizers": names}, f, indent=1)
     print(f"wrote {len(names)} tokenizer fixtures to {args.out}")

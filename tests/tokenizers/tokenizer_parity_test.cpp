@@ -26,7 +26,11 @@ nlohmann::json read_json(const fs::path& path) {
 
 // The directories make_fixtures.py writes (listed here, not read from its
 // output, because tests are enumerated before the fixtures are made).
-const char* const kFixtures[] = {"spm_llama2", "spm_legacy_eos"};
+const char* const kFixtures[] = {
+    "spm_llama2",         "spm_legacy_eos",       "bpe_llama3",
+    "bpe_llama3_other_merge_form", "bpe_llama3_ignore_merges", "bpe_granite",
+    "bpe_byte_fallback",  "bpe_byte_fallback_metaspace", "bpe_byte_fallback_llama_class",
+};
 
 class TokenizerParity : public ::testing::TestWithParam<const char*> {
  protected:
