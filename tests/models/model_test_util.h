@@ -84,6 +84,8 @@ class Golden {
   at::Tensor loss_sum(int i) const { return get(key(i, "loss_sum")); }
   at::Tensor grad(int i, const std::string& param) const { return get(key(i, "grad." + param)); }
   at::Tensor rope_inv_freq() const { return get("rope.inv_freq"); }
+  // Gradient of the loss summed over all examples (tests/models_gpu fixtures).
+  at::Tensor grad_sum(const std::string& param) const { return get("grad_sum." + param); }
   // All examples in one row (transformers found the boundaries from the positions).
   at::Tensor pack_position_ids() const { return get("pack.position_ids"); }
   at::Tensor pack_logits() const { return get("pack.logits"); }
