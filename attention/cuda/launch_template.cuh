@@ -1,15 +1,17 @@
 // Launch sequence shared by the per-dtype translation units.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "attention/cuda/bwd_dkdv_kernel.cuh"
 #include "attention/cuda/bwd_dq_kernel.cuh"
 #include "attention/cuda/bwd_pre_post.cuh"
-#include "attention/cuda/fwd_wgmma_kernel.cuh"
+#include "attention/cuda/fwd_kernel.cuh"
 #include "attention/cuda/launch.h"
 #include "attention/cuda/tile_scheduler.cuh"
 
@@ -33,14 +35,55 @@ void set_smem(Kernel kernel, int bytes) {
              "cudaFuncSetAttribute(max dynamic shared memory)");
 }
 
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no libcuda link needed).
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+inline EncodeTiledFn tensor_map_encoder() {
+  static EncodeTiledFn fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    check_cuda(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found),
+               "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)");
+    if (f == nullptr || found != cudaDriverEntryPointSuccess)
+      throw std::runtime_error("attention/cuda: the driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<EncodeTiledFn>(f);
+  }();
+  return fn;
+}
+
+// A packed [T, H, D] tensor as a 3-D tensor map (D, H, T) read in boxes of 64 x 1 x rows with
+// the 128-byte swizzle: each box lands as one slab of a SlabTile. Rows past T read as zeros.
+template <typename T>
+CUtensorMap packed_tensor_map(const void* base, int tokens, int heads, int head_dim, int rows) {
+  CUtensorMap map;
+  const cuuint64_t dims[3] = {cuuint64_t(head_dim), cuuint64_t(heads), cuuint64_t(tokens)};
+  const cuuint64_t strides[2] = {cuuint64_t(head_dim) * 2, cuuint64_t(heads) * head_dim * 2};
+  const cuuint32_t box[3] = {64, 1, cuuint32_t(rows)};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUtensorMapDataType type =
+      std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const CUresult r = tensor_map_encoder()(&map, type, 3, const_cast<void*>(base), dims, strides, box, elem_strides,
+                                          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw std::runtime_error("attention/cuda: cuTensorMapEncodeTiled failed with error " + std::to_string(int(r)));
+  return map;
+}
+
 template <typename T, int D>
 void run_fwd_typed(FwdParams& p, cudaStream_t stream) {
   using Tr = FwdTraits<D>;
   launch_tile_scheduler(p.shape, TileKind::QueryBlocks, Tr::kBlockM, Tr::kBlockN, p.tiles, stream);
+  FwdTensorMaps maps;
+  const VarlenShape& s = p.shape;
+  maps.q = packed_tensor_map<T>(p.q, s.total_tokens, s.heads_q, D, Tr::kBlockM);
+  maps.k = packed_tensor_map<T>(p.k, s.total_tokens, s.heads_kv, D, Tr::kBlockN);
+  maps.v = packed_tensor_map<T>(p.v, s.total_tokens, s.heads_kv, D, Tr::kBlockN);
   auto kernel = fwd_kernel<T, D>;
   set_smem(kernel, Tr::kSmemBytes);
   p.num_ctas = persistent_ctas(kernel, Tr::kThreads, Tr::kSmemBytes, p.tiles.capacity * p.shape.heads_q);
-  kernel<<<p.num_ctas, Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
+  kernel<<<p.num_ctas, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, maps);
   check_cuda(cudaGetLastError(), "forward kernel launch");
 }
 

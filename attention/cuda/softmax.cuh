@@ -54,6 +54,41 @@ struct OnlineSoftmax {
     }
   }
 
+  // The two halves of update(), so that the exponentials of a new score block can run
+  // while the previous P V product is still writing o: first the scores become P and the
+  // per-row rescale factors are returned, then o is rescaled once that product is done.
+  template <int NT>
+  __device__ __forceinline__ void scores_to_probs(float (&s)[NT][4], float scale_log2, float (&alpha)[2]) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = row_max[r];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+      mx = quad_max(mx);
+      const float ref = mx == -INFINITY ? 0.f : mx * scale_log2;
+      alpha[r] = exp2f(row_max[r] * scale_log2 - ref);
+      row_max[r] = mx;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        s[nt][2 * r] = exp2f(fmaf(s[nt][2 * r], scale_log2, -ref));
+        s[nt][2 * r + 1] = exp2f(fmaf(s[nt][2 * r + 1], scale_log2, -ref));
+        sum += s[nt][2 * r] + s[nt][2 * r + 1];
+      }
+      row_sum[r] = row_sum[r] * alpha[r] + sum;
+    }
+  }
+  template <int OT>
+  __device__ __forceinline__ static void rescale(float (&o)[OT][4], const float (&alpha)[2]) {
+#pragma unroll
+    for (int ot = 0; ot < OT; ++ot) {
+      o[ot][0] *= alpha[0];
+      o[ot][1] *= alpha[0];
+      o[ot][2] *= alpha[1];
+      o[ot][3] *= alpha[1];
+    }
+  }
+
   // Normalises o and returns each row's natural-log sum-exp of the scaled scores.
   template <int OT>
   __device__ __forceinline__ void finish(float (&o)[OT][4], float scale, float (&lse)[2]) {
