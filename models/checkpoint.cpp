@@ -3,7 +3,6 @@
 
 #include "models/safetensors.h"
 
-#include <ATen/Parallel.h>
 #include <c10/core/Event.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <nlohmann/json.hpp>
@@ -182,13 +181,13 @@ void check_against_config(const OpenCheckpoint& ck, const ModelConfig& c, const 
   throw std::runtime_error(msg);
 }
 
-// Copies mapped file bytes to a device through two pinned buffers, so the CPU
-// fills one while the DMA engine drains the other. Page faults on the mapping
-// are spread over threads, which keeps several disk reads in flight.
+// Copies file bytes to a device through two pinned buffers, so the CPU fills
+// one while the DMA engine drains the other.
 class PinnedUploader {
  public:
-  explicit PinnedUploader(at::Device device, int64_t chunk_bytes = 64ll << 20)
-      : device_(device), chunk_(chunk_bytes), guard_(device.type()) {
+  PinnedUploader(at::Device device, const LoadOptions& options)
+      : device_(device), chunk_(options.staging_bytes), reader_(options.reader), guard_(device.type()) {
+    if (chunk_ <= 0) throw std::invalid_argument("LoadOptions::staging_bytes must be positive");
     for (int i = 0; i < 2; ++i) {
       buffers_[i] = at::empty({chunk_}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
       events_[i] = std::make_unique<c10::Event>(device.type());
@@ -199,17 +198,13 @@ class PinnedUploader {
   at::Tensor upload(const SafetensorsFile& file, const SafetensorsEntry& e) {
     const int64_t n = static_cast<int64_t>(e.num_bytes());
     at::Tensor raw = at::empty({n}, at::TensorOptions().dtype(at::kByte).device(device_));
-    const uint8_t* src = file.data(e);
     const c10::Stream stream = guard_.getStream(device_);
     for (int64_t off = 0; off < n; off += chunk_) {
       const int64_t len = std::min(chunk_, n - off);
       const int k = next_;
       next_ ^= 1;
       events_[k]->synchronize();  // the previous copy out of this buffer is done
-      auto* dst = static_cast<uint8_t*>(buffers_[k].data_ptr());
-      at::parallel_for(0, len, 4 << 20, [&](int64_t b, int64_t end) {
-        std::memcpy(dst + b, src + off + b, static_cast<size_t>(end - b));
-      });
+      file.copy_bytes(e, off, len, buffers_[k].data_ptr(), reader_);
       raw.narrow(0, off, len).copy_(buffers_[k].narrow(0, 0, len), /*non_blocking=*/true);
       events_[k]->record(stream);
     }
@@ -223,6 +218,7 @@ class PinnedUploader {
  private:
   at::Device device_;
   int64_t chunk_;
+  ByteReader reader_;
   c10::impl::VirtualGuardImpl guard_;
   at::Tensor buffers_[2];
   std::unique_ptr<c10::Event> events_[2];
@@ -284,6 +280,11 @@ std::vector<std::string> parameter_names_in_model_order(const ModelConfig& confi
 
 TensorMap load_pretrained_weights(const fs::path& model_dir, const ModelConfig& config, at::ScalarType dtype,
                                   at::Device device) {
+  return load_pretrained_weights(model_dir, config, dtype, device, LoadOptions{});
+}
+
+TensorMap load_pretrained_weights(const fs::path& model_dir, const ModelConfig& config, at::ScalarType dtype,
+                                  at::Device device, const LoadOptions& options) {
   dtype_name(dtype);  // rejects non-model dtypes early
   OpenCheckpoint ck = open_checkpoint(model_dir);
   check_against_config(ck, config, model_dir);
@@ -301,14 +302,17 @@ TensorMap load_pretrained_weights(const fs::path& model_dir, const ModelConfig& 
   TensorMap out;
   if (device.is_cpu()) {
     for (const auto& [file, e] : order) {
-      // One pass from the mapping into the destination, converting on the way.
       at::Tensor dst = at::empty(e->shape, at::TensorOptions().dtype(dtype));
-      dst.copy_(file->view(*e));
+      if (e->dtype == dtype) {
+        file->copy_bytes(*e, 0, e->num_bytes(), dst.data_ptr(), options.reader);
+      } else {
+        dst.copy_(file->view(*e));  // one pass from the mapping, converting on the way
+      }
       out.emplace(e->name, std::move(dst));
     }
     return out;
   }
-  PinnedUploader uploader(device);
+  PinnedUploader uploader(device, options);
   for (const auto& [file, e] : order) {
     at::Tensor t = uploader.upload(*file, *e);
     out.emplace(e->name, t.scalar_type() == dtype ? t : t.to(dtype));  // converts on the device

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "models/model_config.h"
+#include "models/safetensors.h"
 #include "models/tensor_map.h"
 
 #include <ATen/ATen.h>
@@ -33,6 +34,14 @@ std::vector<std::string> parameter_names_in_model_order(const ModelConfig& confi
 // exactly the names of expected_parameter_shapes().
 TensorMap load_pretrained_weights(const std::filesystem::path& model_dir, const ModelConfig& config,
                                   at::ScalarType dtype, at::Device device = at::kCPU);
+
+// How the loader moves bytes; the defaults are the measured best (benchmarks/models).
+struct LoadOptions {
+  ByteReader reader = ByteReader::Pread;  // file -> host memory
+  int64_t staging_bytes = 64ll << 20;     // each of the two pinned buffers (CUDA)
+};
+TensorMap load_pretrained_weights(const std::filesystem::path& model_dir, const ModelConfig& config,
+                                  at::ScalarType dtype, at::Device device, const LoadOptions& options);
 
 // Writes config.json (with dtype set to `dtype`) and the weights, cast to `dtype`,
 // as model.safetensors or, when they exceed max_shard_bytes, as

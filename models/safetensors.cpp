@@ -1,6 +1,7 @@
 // Reading and writing safetensors files (format in safetensors.h).
 #include "models/safetensors.h"
 
+#include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -82,8 +83,10 @@ std::string safetensors_dtype_name(at::ScalarType dtype) {
 struct SafetensorsFile::Mapping {
   void* addr = nullptr;
   size_t size = 0;
+  int fd = -1;  // kept open for pread
   ~Mapping() {
     if (addr) ::munmap(addr, size);
+    if (fd >= 0) ::close(fd);
   }
 };
 
@@ -93,9 +96,10 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path
     throw std::runtime_error(file + ": " + problem);
   };
 
+  mapping_ = std::make_shared<Mapping>();
   const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail("cannot open: " + errno_text());
-  FdCloser closer{fd};
+  mapping_->fd = fd;
   struct stat st {};
   if (::fstat(fd, &st) != 0) fail("cannot stat: " + errno_text());
   if (!S_ISREG(st.st_mode)) fail("not a regular file");
@@ -104,7 +108,6 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path
     fail("truncated: the file has " + std::to_string(size) +
          " bytes, fewer than the 8-byte header length field");
 
-  mapping_ = std::make_shared<Mapping>();
   mapping_->addr = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   if (mapping_->addr == MAP_FAILED) {
     mapping_->addr = nullptr;
@@ -233,7 +236,34 @@ at::Tensor SafetensorsFile::read(const std::string& name) const {
 }
 
 void SafetensorsFile::advise_sequential() const {
-  ::madvise(mapping_->addr, mapping_->size, MADV_SEQUENTIAL | MADV_WILLNEED);
+  ::madvise(mapping_->addr, mapping_->size, MADV_SEQUENTIAL);
+  ::posix_fadvise(mapping_->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+}
+
+void SafetensorsFile::copy_bytes(const SafetensorsEntry& entry, uint64_t offset, uint64_t length, void* dst,
+                                 ByteReader reader) const {
+  if (offset + length > entry.num_bytes())
+    throw std::out_of_range(path_.string() + ": tensor '" + entry.name + "': byte range past its end");
+  auto* out = static_cast<uint8_t*>(dst);
+  const uint64_t start = data_start_ + entry.begin + offset;
+  // Several threads keep several disk reads in flight; 4 MB pieces keep each large.
+  constexpr int64_t kPiece = 4 << 20;
+  at::parallel_for(0, static_cast<int64_t>(length), kPiece, [&](int64_t b, int64_t e) {
+    if (reader == ByteReader::Mmap) {
+      std::memcpy(out + b, static_cast<const uint8_t*>(mapping_->addr) + start + b, static_cast<size_t>(e - b));
+      return;
+    }
+    int64_t done = b;
+    while (done < e) {
+      const ssize_t n = ::pread(mapping_->fd, out + done, static_cast<size_t>(e - done),
+                                static_cast<off_t>(start + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0)
+        throw std::runtime_error(path_.string() + ": tensor '" + entry.name + "': read failed: " +
+                                 (n == 0 ? std::string("unexpected end of file") : errno_text()));
+      done += n;
+    }
+  });
 }
 
 TensorMap read_safetensors(const std::filesystem::path& path) {

@@ -35,6 +35,8 @@ struct SafetensorsEntry {
 at::ScalarType safetensors_dtype(const std::string& name);
 std::string safetensors_dtype_name(at::ScalarType dtype);
 
+enum class ByteReader { Pread, Mmap };
+
 class SafetensorsFile {
  public:
   // Maps and validates `path`; throws std::runtime_error on any problem.
@@ -58,6 +60,12 @@ class SafetensorsFile {
 
   // An owned CPU copy, independent of the file.
   at::Tensor read(const std::string& name) const;
+
+  // Copies bytes [offset, offset + length) of the entry's data into `dst` (host
+  // memory) with several threads, through the mapping or with pread. pread
+  // avoids a page fault per page and suits cold files; both are one copy.
+  void copy_bytes(const SafetensorsEntry& entry, uint64_t offset, uint64_t length, void* dst,
+                  ByteReader reader = ByteReader::Pread) const;
 
   // Hints the kernel to read the file ahead (sequential access).
   void advise_sequential() const;

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <set>
 
 namespace fptrain::models {
@@ -81,6 +82,30 @@ TEST(LoadPretrained, ShardedCheckpointsEqualTransformersWeights) {
     ASSERT_FALSE(fs::exists(fixture(name + "_sharded/model.safetensors")));
     expect_equal_to_reference(load_pretrained_weights(fixture(name + "_sharded"), config_of(name), at::kFloat),
                               name + "_ref", at::kFloat);
+  }
+}
+
+TEST(LoadPretrained, BothByteReadersGiveTransformersWeights) {
+  for (const auto reader : {ByteReader::Pread, ByteReader::Mmap}) {
+    LoadOptions options;
+    options.reader = reader;
+    expect_equal_to_reference(
+        load_pretrained_weights(fixture("llama_sharded"), config_of("llama"), at::kFloat, at::kCPU, options),
+        "llama_ref", at::kFloat);
+  }
+}
+
+TEST(SafetensorsReader, CopyBytesReadsAnyRangeWithEitherReader) {
+  const SafetensorsFile file(fixture("llama/model.safetensors"));
+  const SafetensorsEntry& e = file.at("model.embed_tokens.weight");
+  const at::Tensor whole = file.read(e.name);
+  const auto* bytes = static_cast<const uint8_t*>(whole.data_ptr());
+  for (const auto reader : {ByteReader::Pread, ByteReader::Mmap}) {
+    std::vector<uint8_t> part(1000);
+    file.copy_bytes(e, 123, part.size(), part.data(), reader);
+    EXPECT_EQ(std::memcmp(part.data(), bytes + 123, part.size()), 0);
+    expect_error<std::out_of_range>([&] { file.copy_bytes(e, e.num_bytes() - 10, 11, part.data(), reader); },
+                                    {"model.embed_tokens.weight", "past its end"});
   }
 }
 
