@@ -1,11 +1,11 @@
 #include "data/bpe_model.h"
 
 #include <algorithm>
-#include <atomic>
 #include <stdexcept>
 #include <unordered_map>
 
 #include "data/unicode.h"
+#include "data/word_cache.h"
 
 namespace fptrain::data {
 namespace {
@@ -36,31 +36,11 @@ struct LaterMerge {
   }
 };
 
-constexpr size_t kCacheCapacity = 1 << 16;  // words per thread and model
-constexpr size_t kMaxCachedWordBytes = 256;
-
-struct WordCache {
-  std::unordered_map<std::string, std::vector<int32_t>> words;
-  std::string key;
-};
-
-WordCache& thread_cache(uint64_t instance) {
-  thread_local std::unordered_map<uint64_t, WordCache> caches;
-  thread_local uint64_t last_instance = 0;
-  thread_local WordCache* last = nullptr;
-  if (last && last_instance == instance) return *last;
-  last = &caches[instance];
-  last_instance = instance;
-  return *last;
-}
-
-std::atomic<uint64_t> next_instance{1};
-
 }  // namespace
 
 BpeModel::BpeModel(std::vector<std::string> vocab, const std::vector<std::pair<std::string, std::string>>& merges,
                    BpeOptions options, const std::string& file)
-    : vocab_(std::move(vocab)), options_(std::move(options)), instance_(next_instance++) {
+    : vocab_(std::move(vocab)), options_(std::move(options)), instance_(WordCache::new_owner()) {
   ids_.build(&vocab_);
   ascii_ids_.assign(128, -1);
   for (int c = 0; c < 128; ++c) ascii_ids_[c] = ids_.find(std::string(1, static_cast<char>(c)));
@@ -198,21 +178,15 @@ void BpeModel::tokenize(std::string_view piece, std::vector<int32_t>& ids) const
       return;
     }
   }
-  if (piece.size() > kMaxCachedWordBytes) {
+  if (piece.size() > WordCache::kMaxWordBytes) {
     merge_word(piece, ids);
     return;
   }
-  WordCache& cache = thread_cache(instance_);
-  cache.key.assign(piece.data(), piece.size());
-  auto it = cache.words.find(cache.key);
-  if (it != cache.words.end()) {
-    ids.insert(ids.end(), it->second.begin(), it->second.end());
-    return;
-  }
+  WordCache& cache = WordCache::for_thread(instance_);
+  if (cache.lookup(piece, ids)) return;
   const size_t start = ids.size();
   merge_word(piece, ids);
-  if (cache.words.size() >= kCacheCapacity) cache.words.clear();
-  cache.words.emplace(cache.key, std::vector<int32_t>(ids.begin() + start, ids.end()));
+  cache.store(ids, start);
 }
 
 std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {

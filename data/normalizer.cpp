@@ -35,17 +35,6 @@ class PrependNormalizer : public Normalizer {
   std::string prefix_;
 };
 
-class AppendNormalizer : public Normalizer {
- public:
-  explicit AppendNormalizer(std::string suffix) : suffix_(std::move(suffix)) {}
-  void normalize(std::string& text) const override {
-    if (!text.empty()) text += suffix_;
-  }
-
- private:
-  std::string suffix_;
-};
-
 class ReplaceNormalizer : public Normalizer {
  public:
   ReplaceNormalizer(std::unique_ptr<Regex> pattern, std::string content)
@@ -114,7 +103,6 @@ std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& spec, const st
     return std::make_unique<SequenceNormalizer>(std::move(steps));
   }
   if (type == "Prepend") return std::make_unique<PrependNormalizer>(json_string(spec, "prepend", file, "Prepend"));
-  if (type == "Append") return std::make_unique<AppendNormalizer>(json_string(spec, "append", file, "Append"));
   if (type == "Replace") {
     return std::make_unique<ReplaceNormalizer>(json_pattern(spec, file, "normalizer Replace"),
                                                json_string(spec, "content", file, "Replace"));

@@ -47,6 +47,14 @@ class SentencePieceModel final : public TokenModel {
   int32_t unk_id_ = -1;
   bool has_byte_pieces_ = false;
   bool is_unigram_ = false;
+  // True when no piece holds "▁" after its first character (unless it is all
+  // "▁"): then no piece spans a boundary before a "▁" that follows another
+  // character, so text can be encoded word by word (and words cached) with
+  // exactly the ids of encoding it whole.
+  bool splits_at_spaces_ = false;
+  uint64_t cache_owner_;
+
+  void encode_chunk(std::string_view chunk, std::vector<int32_t>& ids) const;
 };
 
 }  // namespace fptrain::data

@@ -276,12 +276,70 @@ def make_byte_fallback(out):
     return names
 
 
+def make_component_zoo(out):
+    """Less common components and flags, each combination trained into a small BPE:
+    Split behaviors and invert, Digits, Punctuation, Whitespace(Split), Metaspace split,
+    ByteLevel with add_prefix_space and its regex, Strip / Replace normalizers,
+    single_word and normalized added tokens."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    P = pre_tokenizers
+    zoo = {
+        "zoo_metaspace_split": dict(
+            normalizer=normalizers.Sequence([normalizers.Strip(), normalizers.Replace(Regex(" {2,}"), " ")]),
+            pre_tokenizer=P.Sequence([P.Digits(individual_digits=True), P.Punctuation(behavior="contiguous"),
+                                      P.Metaspace(replacement="▁", prepend_scheme="always", split=True)]),
+            decoder=decoders.Metaspace(replacement="▁", prepend_scheme="always", split=True),
+            model=dict(unk_token="<unk>", fuse_unk=True)),
+        "zoo_split_behaviors": dict(
+            normalizer=None,
+            pre_tokenizer=P.Sequence([P.Split(Regex(r"\d+"), behavior="merged_with_previous"),
+                                      P.Split(" ", behavior="merged_with_next"),
+                                      P.Split(Regex(r"[,;]"), behavior="removed"),
+                                      P.Split(Regex(r"[\p{L}\p{M}]+"), behavior="contiguous", invert=True),
+                                      P.ByteLevel(add_prefix_space=True, use_regex=True)]),
+            decoder=decoders.ByteLevel(), model={}),
+        "zoo_whitespace": dict(
+            normalizer=normalizers.Sequence([normalizers.Replace("\t", "    "), normalizers.Strip(left=True, right=False)]),
+            pre_tokenizer=P.Sequence([P.Whitespace(), P.Digits(individual_digits=False)]),
+            decoder=None, model=dict(unk_token="<unk>")),
+        "zoo_whitespace_split": dict(
+            normalizer=None, pre_tokenizer=P.Sequence([P.WhitespaceSplit(), P.ByteLevel(add_prefix_space=False)]),
+            decoder=decoders.ByteLevel(), model={}),
+    }
+    lines = test_corpus(["<unk>", "[word]", "Zürich", "<sep>"])
+    names = []
+    for name, parts in zoo.items():
+        tok = Tokenizer(models.BPE(**parts["model"]))
+        if parts["normalizer"] is not None:
+            tok.normalizer = parts["normalizer"]
+        tok.pre_tokenizer = parts["pre_tokenizer"]
+        if parts["decoder"] is not None:
+            tok.decoder = parts["decoder"]
+        alphabet = pre_tokenizers.ByteLevel.alphabet() if "ByteLevel" in str(parts["pre_tokenizer"]) else []
+        limit = {} if alphabet else {"limit_alphabet": 150}  # a small alphabet leaves characters unknown
+        trainer = trainers.BpeTrainer(vocab_size=1200, special_tokens=["<unk>", "<s>"], initial_alphabet=alphabet,
+                                      show_progress=False, **limit)
+        tok.train_from_iterator(training_corpus(), trainer)
+        tok.add_tokens([AddedToken("[word]", single_word=True, normalized=True, special=False),
+                        AddedToken("Zürich", normalized=True, special=False)])
+        tok.add_special_tokens([AddedToken("<sep>", lstrip=True, special=True)])
+        d = os.path.join(out, name)
+        save_tokenizer_json(tok, d)
+        write_config(d, {"tokenizer_class": "PreTrainedTokenizerFast"})
+        record = golden(d, lines)
+        check_raw_file_matches(d, record)
+        names.append(name)
+    return names
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     names = make_sentencepiece(args.out) + make_byte_level(args.out) + make_byte_fallback(args.out)
+    names += make_component_zoo(args.out)
     with open(os.path.join(args.out, "index.json"), "w") as f:
         json.dump({"tokenizers": names}, f, indent=1)
     print(f"wrote {len(names)} tokenizer fixtures to {args.out}")
