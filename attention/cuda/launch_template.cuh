@@ -90,32 +90,35 @@ void run_fwd_typed(FwdParams& p, cudaStream_t stream) {
 template <typename T, int D>
 void run_bwd_typed(BwdParams& p, cudaStream_t stream) {
   using Tr = BwdTraits<D>;
-  const int64_t rows = int64_t(p.shape.total_tokens) * p.shape.heads_q;
+  const VarlenShape& s = p.shape;
+  const int64_t rows = int64_t(s.total_tokens) * s.heads_q;
   const int64_t dsum_blocks = (rows * (D / 8) + 255) / 256;
   bwd_dsum_kernel<T, D><<<unsigned(dsum_blocks), 256, 0, stream>>>(p);
   check_cuda(cudaGetLastError(), "backward dsum kernel launch");
 
-  launch_tile_scheduler(p.shape, TileKind::KeyBlocks, Tr::kBlockM, Tr::kBlockN, p.kv_tiles, stream);
-  if (p.deterministic) {
-    auto kernel = bwd_dkdv_kernel<T, D, false>;
+  launch_tile_scheduler(s, TileKind::KeyBlocks, Tr::kBlockM, Tr::kBlockN, p.kv_tiles, stream);
+  BwdTensorMaps maps;
+  maps.q = packed_tensor_map<T>(p.q, s.total_tokens, s.heads_q, D, Tr::kBlockM);
+  maps.dout = packed_tensor_map<T>(p.dout, s.total_tokens, s.heads_q, D, Tr::kBlockM);
+  maps.k = packed_tensor_map<T>(p.k, s.total_tokens, s.heads_kv, D, Tr::kBlockN);
+  maps.v = packed_tensor_map<T>(p.v, s.total_tokens, s.heads_kv, D, Tr::kBlockN);
+  auto launch_dkdv = [&](auto kernel) {
     set_smem(kernel, Tr::kSmemBytes);
-    p.num_ctas_kv = persistent_ctas(kernel, Tr::kThreads, Tr::kSmemBytes, p.kv_tiles.capacity * p.shape.heads_kv);
-    kernel<<<p.num_ctas_kv, Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
+    p.num_ctas_kv = persistent_ctas(kernel, Tr::kThreads, Tr::kSmemBytes, p.kv_tiles.capacity * s.heads_kv);
+    kernel<<<p.num_ctas_kv, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, maps);
     check_cuda(cudaGetLastError(), "backward dK/dV kernel launch");
-
+  };
+  if (p.deterministic) {
+    launch_dkdv(bwd_dkdv_kernel<T, D, false>);
     using Dq = DqTraits<D>;
-    launch_tile_scheduler(p.shape, TileKind::QueryBlocks, Dq::kBlockM, Dq::kBlockN, p.q_tiles, stream);
+    launch_tile_scheduler(s, TileKind::QueryBlocks, Dq::kBlockM, Dq::kBlockN, p.q_tiles, stream);
     auto dq_kernel = bwd_dq_kernel<T, D>;
     set_smem(dq_kernel, Dq::kSmemBytes);
-    p.num_ctas_q = persistent_ctas(dq_kernel, Dq::kThreads, Dq::kSmemBytes, p.q_tiles.capacity * p.shape.heads_q);
+    p.num_ctas_q = persistent_ctas(dq_kernel, Dq::kThreads, Dq::kSmemBytes, p.q_tiles.capacity * s.heads_q);
     dq_kernel<<<p.num_ctas_q, Dq::kThreads, Dq::kSmemBytes, stream>>>(p);
     check_cuda(cudaGetLastError(), "backward dQ kernel launch");
   } else {
-    auto kernel = bwd_dkdv_kernel<T, D, true>;
-    set_smem(kernel, Tr::kSmemBytes);
-    p.num_ctas_kv = persistent_ctas(kernel, Tr::kThreads, Tr::kSmemBytes, p.kv_tiles.capacity * p.shape.heads_kv);
-    kernel<<<p.num_ctas_kv, Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
-    check_cuda(cudaGetLastError(), "backward dK/dV/dQ kernel launch");
+    launch_dkdv(bwd_dkdv_kernel<T, D, true>);
     const int64_t n4 = rows * D / 4;
     if (n4 > 0) {
       bwd_dq_convert_kernel<T><<<unsigned((n4 + 255) / 256), 256, 0, stream>>>(p, n4);
