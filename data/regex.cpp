@@ -31,6 +31,54 @@ ThreadScratch& scratch() {
   return s;
 }
 
+// The Rust regex crate and Oniguruma (which tokenizers uses) define \s as the
+// Unicode White_Space property and \w as UTS #18's word characters; PCRE2's
+// UCP classes differ at the edges (\s takes U+180E, \w takes all numbers but
+// no marks). Spelling the classes out makes PCRE2 split where tokenizers does.
+const char* const kSpace = "\\t-\\r\\x{85}\\p{Z}";
+const char* const kWord = "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}";
+
+std::string with_unicode_perl_classes(const std::string& pattern) {
+  std::string out;
+  out.reserve(pattern.size() + 32);
+  bool in_class = false;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      const char e = pattern[++i];
+      const bool space = e == 's' || e == 'S', word = e == 'w' || e == 'W';
+      const bool negated = e == 'S' || e == 'W';
+      if ((space || word) && !(in_class && negated)) {
+        const char* body = space ? kSpace : kWord;
+        out += in_class ? std::string(body) : std::string(negated ? "[^" : "[") + body + "]";
+      } else {
+        out += c;
+        out += e;
+      }
+      continue;
+    }
+    if (!in_class && c == '[') {
+      in_class = true;
+      out += c;
+      // A ']' right after '[' or '[^' is a literal member.
+      if (i + 1 < pattern.size() && pattern[i + 1] == '^') out += pattern[++i];
+      if (i + 1 < pattern.size() && pattern[i + 1] == ']') out += pattern[++i];
+      continue;
+    }
+    if (in_class && c == '[' && i + 1 < pattern.size() && pattern[i + 1] == ':') {  // [:alpha:]
+      const size_t end = pattern.find(":]", i + 2);
+      if (end != std::string::npos) {
+        out.append(pattern, i, end + 2 - i);
+        i = end + 1;
+        continue;
+      }
+    }
+    if (in_class && c == ']') in_class = false;
+    out += c;
+  }
+  return out;
+}
+
 }  // namespace
 
 Regex::Regex(const std::string& pattern, bool literal) : pattern_(pattern) {
@@ -39,7 +87,8 @@ Regex::Regex(const std::string& pattern, bool literal) : pattern_(pattern) {
   // PCRE2 rejects UCP together with LITERAL; a literal needs no character classes.
   const uint32_t options = literal ? (PCRE2_UTF | PCRE2_NO_UTF_CHECK | PCRE2_LITERAL)
                                    : (PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK);
-  auto* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error,
+  const std::string compiled = literal ? pattern : with_unicode_perl_classes(pattern);
+  auto* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(compiled.data()), compiled.size(), options, &error,
                              &error_offset, nullptr);
   if (!code) {
     PCRE2_UCHAR message[256];

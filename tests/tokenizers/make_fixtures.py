@@ -66,7 +66,8 @@ def test_corpus(specials, seed=7, n=400):
         "tab\tseparated\tvalues", "line one\r\nline two\r\n", "\n\nnewlines\n", "1234567890 3.14159 2026-11-21",
         "café naïve Zürich", "東京は日本の首都です。", "👩‍💻 writes code 🚀", "🏳️‍🌈👨‍👩‍👧‍👦",
         "non\u00a0breaking\u3000ideographic\u2009thin", "don't won't it's we've they're I'm",
-        "CAPS and MiXeD", "a" * 50, "x" + " " * 20 + "y", "\u00e9\u0301 combining",
+        "CAPS and MiXeD", "a" * 50, "next\u0085line\u2028sep\u2029par\u1680ogham\u205fmath\x0bvt\x0cff\x1cfs",
+        "zero\u200bwidth\ufeffbom \u180e mongolian", "soft\u00adhyphen", "nai\u0308ve cafe\u0301 x\u20dd ②x ½y Ⅻz a_b", "Ⅻ1②3 ٣٤ १२", "ﬁ ligature ① ²³ Ⅻ ½", "x" + " " * 20 + "y", "\u00e9\u0301 combining",
     ]
     for s in specials:
         fixed += [s, s + "text", "text" + s, "a " + s + " b", s + s, " " + s, s + " "]
