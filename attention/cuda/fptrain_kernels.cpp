@@ -50,14 +50,16 @@ VarlenShape make_shape(const at::Tensor& q, const at::Tensor& k, const VarlenSpe
   return s;
 }
 
-// Tile list storage: [capacity] tiles, then num_tiles and the work counter.
-TileList make_tile_list(at::Tensor& storage, int capacity, const at::Device& device) {
-  storage = at::empty({int64_t(capacity) * 2 + 2}, at::TensorOptions().dtype(at::kInt).device(device));
+// Tile list storage: [capacity] tiles, num_tiles, the work counter, then 2B ints of scratch.
+TileList make_tile_list(at::Tensor& storage, int capacity, int batch, const at::Device& device) {
+  storage = at::empty({int64_t(capacity) * 2 + 2 + 2 * int64_t(batch)},
+                      at::TensorOptions().dtype(at::kInt).device(device));
   int* base = storage.data_ptr<int>();
   TileList list;
   list.tiles = reinterpret_cast<Tile*>(base);
   list.num_tiles = base + int64_t(capacity) * 2;
   list.next_item = list.num_tiles + 1;
+  list.scratch = list.next_item + 1;
   list.capacity = capacity;
   return list;
 }
@@ -84,7 +86,7 @@ std::tuple<at::Tensor, at::Tensor> attention_forward(const at::Tensor& q_in, con
   p.lse = lse.data_ptr<float>();
   at::Tensor tiles;
   p.tiles = make_tile_list(tiles, tile_capacity(p.shape.total_tokens, p.shape.batch, fwd_block_m(p.shape.head_dim)),
-                           q.device());
+                           p.shape.batch, q.device());
   run_fwd(p, dtype_of(q), at::cuda::getCurrentCUDAStream());
   return {o, lse};
 }
@@ -125,10 +127,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
   p.deterministic = deterministic;
   at::Tensor kv_tiles, q_tiles;
   p.kv_tiles = make_tile_list(kv_tiles, tile_capacity(p.shape.total_tokens, p.shape.batch, bwd_block_n(d)),
-                              q.device());
+                              p.shape.batch, q.device());
   if (deterministic)
     p.q_tiles = make_tile_list(q_tiles, tile_capacity(p.shape.total_tokens, p.shape.batch, dq_block_m(d)),
-                               q.device());
+                               p.shape.batch, q.device());
   run_bwd(p, dtype_of(q), at::cuda::getCurrentCUDAStream());
   return {dq, dk, dv};
 }

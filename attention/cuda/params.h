@@ -27,12 +27,13 @@ struct VarlenShape {
   float scale = 1.0f;               // softmax scale
 };
 
-// Work list built on the device (no host sync): tiles sorted heaviest first and a
-// counter the persistent CTAs draw from.
+// Work list built on the device (no host sync): tiles ordered longest sequence first,
+// each sequence's blocks heaviest first, and a counter the persistent CTAs draw from.
 struct TileList {
   Tile* tiles = nullptr;     // capacity: ceil(T / block) + B
   int* num_tiles = nullptr;  // written by the scheduler kernel
   int* next_item = nullptr;  // atomic work counter, reset by the scheduler kernel
+  int* scratch = nullptr;    // 2 * B ints for the scheduler
   int capacity = 0;
 };
 

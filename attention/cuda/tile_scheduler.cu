@@ -9,60 +9,75 @@ namespace fptrain::attention::cuda {
 namespace {
 
 constexpr int kThreads = 1024;
-constexpr int kBuckets = 1024;  // work counts >= kBuckets - 1 share the top bucket
+constexpr int kBuckets = 1024;  // sequences of >= kBuckets - 1 blocks share the top bucket
 
-__device__ __forceinline__ int tile_work(TileKind kind, int block, int bm, int bn, int len, bool causal,
-                                         int window) {
-  BlockRange r = kind == TileKind::QueryBlocks
-                     ? key_blocks_for_query_block(block, bm, bn, len, causal, window)
-                     : query_blocks_for_key_block(block, bm, bn, len, causal, window);
-  return min(max(r.end - r.begin, 0), kBuckets - 1);
+// Block-wide inclusive scan of one value per thread (Hillis-Steele in shared memory).
+__device__ int block_inclusive_scan(int value, int* buf) {
+  buf[threadIdx.x] = value;
+  __syncthreads();
+  for (int d = 1; d < kThreads; d <<= 1) {
+    const int add = threadIdx.x >= d ? buf[threadIdx.x - d] : 0;
+    __syncthreads();
+    buf[threadIdx.x] += add;
+    __syncthreads();
+  }
+  const int result = buf[threadIdx.x];
+  __syncthreads();
+  return result;
 }
 
 __global__ void __launch_bounds__(kThreads) tile_scheduler_kernel(VarlenShape shape, TileKind kind, int bm,
                                                                    int bn, TileList list) {
-  __shared__ int hist[kBuckets];
-  __shared__ int offset[kBuckets];
+  __shared__ int bucket_pos[kBuckets];
+  __shared__ int scan_buf[kThreads];
+  __shared__ int carry;
   const int block = kind == TileKind::QueryBlocks ? bm : bn;
-  for (int i = threadIdx.x; i < kBuckets; i += kThreads) hist[i] = 0;
+  const int batch = shape.batch;
+  int* order = list.scratch;          // sequences, longest first
+  int* tile_start = list.scratch + batch;  // first tile of each sorted sequence
+  auto blocks_of = [&](int b) { return ceil_div(shape.cu_seqlens[b + 1] - shape.cu_seqlens[b], block); };
+
+  // 1) counting sort of the sequences by block count, descending
+  bucket_pos[threadIdx.x] = 0;
+  __syncthreads();
+  for (int b = threadIdx.x; b < batch; b += kThreads) atomicAdd(&bucket_pos[min(blocks_of(b), kBuckets - 1)], 1);
+  __syncthreads();
+  const int bucket = kBuckets - 1 - threadIdx.x;  // thread 0 holds the largest bucket
+  const int count = bucket_pos[bucket];
+  const int incl = block_inclusive_scan(count, scan_buf);
+  bucket_pos[bucket] = incl - count;
+  __syncthreads();
+  for (int b = threadIdx.x; b < batch; b += kThreads)
+    order[atomicAdd(&bucket_pos[min(blocks_of(b), kBuckets - 1)], 1)] = b;
   __syncthreads();
 
-  // 1) histogram of work per tile
-  for (int b = threadIdx.x; b < shape.batch; b += kThreads) {
-    int len = shape.cu_seqlens[b + 1] - shape.cu_seqlens[b];
-    int nblocks = ceil_div(len, block);
-    for (int i = 0; i < nblocks; ++i)
-      atomicAdd(&hist[tile_work(kind, i, bm, bn, len, shape.causal, shape.window)], 1);
-  }
+  // 2) first tile of each sequence in sorted order (exclusive scan of block counts)
+  if (threadIdx.x == 0) carry = 0;
   __syncthreads();
-
-  // 2) exclusive scan from the heaviest bucket down (Hillis-Steele over reversed index)
-  int idx = kBuckets - 1 - threadIdx.x;  // kThreads == kBuckets
-  int val = hist[idx];
-  offset[threadIdx.x] = val;
-  __syncthreads();
-  for (int d = 1; d < kBuckets; d <<= 1) {
-    int add = threadIdx.x >= d ? offset[threadIdx.x - d] : 0;
+  for (int base = 0; base < batch; base += kThreads) {
+    const int i = base + threadIdx.x;
+    const int n = i < batch ? blocks_of(order[i]) : 0;
+    const int incl_n = block_inclusive_scan(n, scan_buf);
+    if (i < batch) tile_start[i] = carry + incl_n - n;
     __syncthreads();
-    offset[threadIdx.x] += add;
+    if (threadIdx.x == kThreads - 1) carry += incl_n;
     __syncthreads();
   }
-  int inclusive = offset[threadIdx.x];
-  __syncthreads();
-  hist[idx] = inclusive - val;  // reuse hist as the running write position of bucket idx
-  if (threadIdx.x == kThreads - 1) {
-    *list.num_tiles = inclusive;
+  if (threadIdx.x == 0) {
+    *list.num_tiles = carry;
     *list.next_item = 0;
   }
   __syncthreads();
 
-  // 3) scatter
-  for (int b = threadIdx.x; b < shape.batch; b += kThreads) {
-    int len = shape.cu_seqlens[b + 1] - shape.cu_seqlens[b];
-    int nblocks = ceil_div(len, block);
-    for (int i = 0; i < nblocks; ++i) {
-      int pos = atomicAdd(&hist[tile_work(kind, i, bm, bn, len, shape.causal, shape.window)], 1);
-      if (pos < list.capacity) list.tiles[pos] = Tile{b, i};
+  // 3) each sequence's tiles, heaviest block first: under a causal mask the last query
+  //    blocks and the first key blocks see the most.
+  for (int i = threadIdx.x; i < batch; i += kThreads) {
+    const int b = order[i];
+    const int n = blocks_of(b);
+    for (int j = 0; j < n; ++j) {
+      const int pos = tile_start[i] + j;
+      const int blk = kind == TileKind::QueryBlocks ? n - 1 - j : j;
+      if (pos < list.capacity) list.tiles[pos] = Tile{b, blk};
     }
   }
 }
@@ -71,7 +86,7 @@ __global__ void __launch_bounds__(kThreads) tile_scheduler_kernel(VarlenShape sh
 
 void launch_tile_scheduler(const VarlenShape& shape, TileKind kind, int bm, int bn, TileList list,
                            cudaStream_t stream) {
-  static_assert(kThreads == kBuckets, "the scan gives one bucket to each thread");
+  static_assert(kThreads == kBuckets, "the bucket scan gives one bucket to each thread");
   tile_scheduler_kernel<<<1, kThreads, 0, stream>>>(shape, kind, bm, bn, list);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess)

@@ -1,7 +1,8 @@
 // Varlen attention speed: our kernels vs LibTorch's FlashAttention-2 varlen and cuDNN
 // SDPA on the padded layout, forward and forward+backward, one run on one GPU.
 //
-//   attention_bench [--out results.json] [--md results.md] [--reps N] [--only-ours]
+//   attention_bench [--out results.json] [--md results.md] [--reps N] [--only-ours] [--workload NAME]
+//                   [--head-dim D]
 //
 // FLOPs are FlashAttention's count of useful work: causal forward = 2 * Hq * D * sum(L_i^2)
 // (non-causal twice that), backward = 2.5x forward. Padding done by cuDNN counts nothing.
@@ -100,13 +101,18 @@ int main(int argc, char** argv) {
   std::string json_path, md_path;
   int reps = 20;
   bool only_ours = false;
+  std::string only_workload;
+  int only_dim = 0;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--out") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--md") && i + 1 < argc) md_path = argv[++i];
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--only-ours")) only_ours = true;
+    else if (!std::strcmp(argv[i], "--workload") && i + 1 < argc) only_workload = argv[++i];
+    else if (!std::strcmp(argv[i], "--head-dim") && i + 1 < argc) only_dim = std::atoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s [--out file.json] [--md file.md] [--reps N] [--only-ours]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--out file.json] [--md file.md] [--reps N] [--only-ours] [--workload NAME] "
+                   "[--head-dim D]\n", argv[0]);
       return 2;
     }
   }
@@ -117,7 +123,9 @@ int main(int argc, char** argv) {
   at::manual_seed(42);
 
   for (int d : {128, 64}) {
+    if (only_dim && d != only_dim) continue;
     for (const Workload& w : workloads()) {
+      if (!only_workload.empty() && w.name != only_workload) continue;
       const int batch = int(w.lens.size());
       std::vector<int> cu{0};
       double sum_sq = 0;
