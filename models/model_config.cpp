@@ -278,6 +278,9 @@ ModelConfig parse_model_config(const json& doc, const std::string& source) {
     c.attention_multiplier = keys.number("attention_multiplier", 1.0);
   }
 
+  c.attention_dropout = keys.number("attention_dropout", 0.0);
+  if (c.attention_dropout < 0 || c.attention_dropout >= 1) keys.fail("attention_dropout", "must be in [0, 1)");
+
   c.rope = parse_rope(doc, keys, c.max_position_embeddings, source);
   c.dtype = parse_dtype(keys);
   // All three configs default to bos 1 and eos 2 when the key is absent; null means none.
@@ -340,6 +343,7 @@ json model_config_to_json(const ModelConfig& c) {
   out["rms_norm_eps"] = c.rms_norm_eps;
   out["hidden_act"] = "silu";
   out["tie_word_embeddings"] = c.tie_word_embeddings;
+  out["attention_dropout"] = c.attention_dropout;
   if (c.family != Family::Mistral) {
     out["attention_bias"] = c.attention_bias;
     out["mlp_bias"] = c.mlp_bias;

@@ -43,6 +43,9 @@ struct ModelConfig {
   bool attention_bias = false;
   bool mlp_bias = false;
   std::optional<int64_t> sliding_window;  // Mistral; none = full causal
+  // transformers applies it to attention probabilities in training; fptrain
+  // does not, so a caller should tell the user when it is non-zero.
+  double attention_dropout = 0.0;
 
   // Granite; 1.0 for the other families.
   double embedding_multiplier = 1.0;

@@ -44,7 +44,7 @@ MODELS = {
     "granite": lambda: GraniteConfig(
         **TINY, num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
         embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.0078125,
-        logits_scaling=8.0, pad_token_id=3, rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+        logits_scaling=8.0, pad_token_id=3, attention_dropout=0.1, rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
 }
 SHARDED = {"llama": "20KB", "granite": "16KB"}
 BF16 = {"mistral"}  # also saved in bfloat16 to test conversion on load
@@ -77,6 +77,7 @@ def describe(config, model):
         "attention_bias": attn.q_proj.bias is not None,
         "o_proj_bias": attn.o_proj.bias is not None,
         "mlp_bias": mlp.gate_proj.bias is not None,
+        "attention_dropout": config.attention_dropout,
         "sliding_window": getattr(config, "sliding_window", None) if config.model_type == "mistral" else None,
         "softmax_scale": attn.scaling,
         "embedding_multiplier": getattr(config, "embedding_multiplier", 1.0),

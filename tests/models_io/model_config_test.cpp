@@ -2,6 +2,7 @@
 // (make_fixtures.py dumps it from the config object and the instantiated model).
 #include "models/checkpoint.h"
 #include "models/model_config.h"
+#include "models/rope.h"
 #include "tests/models_io/io_test_util.h"
 
 #include <gtest/gtest.h>
@@ -38,6 +39,7 @@ void expect_matches(const ModelConfig& c, const json& want, const std::string& w
   EXPECT_EQ(c.attention_bias, want["attention_bias"].get<bool>());
   EXPECT_EQ(c.attention_bias, want["o_proj_bias"].get<bool>());
   EXPECT_EQ(c.mlp_bias, want["mlp_bias"].get<bool>());
+  EXPECT_EQ(c.attention_dropout, want["attention_dropout"].get<double>());
   if (want["sliding_window"].is_null()) {
     EXPECT_FALSE(c.sliding_window.has_value());
   } else {
@@ -102,6 +104,21 @@ TEST_P(ConfigFromTransformers, WrittenConfigParsesBackIdenticallyInTheSameForm) 
     EXPECT_EQ(written.contains("rope_parameters"), form == "v5");
     EXPECT_EQ(written.contains("torch_dtype"), form == "v4");
     expect_matches(parse_model_config(written, "written"), expected[form], name + " rewritten " + form);
+  }
+}
+
+// The RoPE parameters as parsed give transformers' inverse frequencies exactly.
+TEST_P(ConfigFromTransformers, RopeFrequenciesMatchTransformers) {
+  const std::string name = GetParam();
+  const json expected = read_json(fixture(name + "_ref/expected.json"));
+  for (const std::string form : {"v5", "v4"}) {
+    SCOPED_TRACE(form);
+    const ModelConfig c = load_model_config(fixture((form == "v5" ? name : name + "_v4") + "/config.json"));
+    const auto want_values = expected[form]["inv_freq"].get<std::vector<double>>();
+    const at::Tensor want = at::tensor(want_values, at::kDouble).to(at::kFloat);
+    const at::Tensor got = rope_inv_freq(c.rope, c.head_dim);
+    ASSERT_EQ(got.sizes(), want.sizes());
+    EXPECT_TRUE(at::equal(got, want)) << "max abs diff " << (got - want).abs().max().item<float>();
   }
 }
 
