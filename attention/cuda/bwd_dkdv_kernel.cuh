@@ -69,7 +69,8 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1)
   const uint32_t s_stats = s_ds0 + 2 * DsTile::kBytes;  // lse[2][BM], dsum[2][BM]
   const uint32_t s_bar = s_stats + 4 * Tr::kRowStatBytes;
   float* stats = reinterpret_cast<float*>(smem + (s_stats - smem_addr(smem)));
-  // mbarriers: kv_full, kv_empty, q_full[2], q_empty[2]; then the item slot.
+  // mbarriers: kv_full, kv_empty, q_full[2], q_empty[2]; then the decoded item
+  // {item, block, sequence start, length}.
   const uint32_t kv_full = s_bar, kv_empty = s_bar + 8;
   auto q_full = [&](int s) { return s_bar + 16 + 8 * s; };
   auto q_empty = [&](int s) { return s_bar + 32 + 8 * s; };
@@ -104,7 +105,7 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1)
       mbar_wait(kv_empty, (item_iter & 1) ^ 1);
       if (item >= num_items) {
         if (lane == 0) {
-          *item_slot = -1;
+          item_slot[0] = -1;
           mbar_arrive(kv_full);
         }
         break;
@@ -115,7 +116,10 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1)
       const int len = sh.cu_seqlens[tile.seq + 1] - start;
       const BlockRange qr = query_blocks_for_key_block(tile.block, BM, BN, len, sh.causal, sh.window);
       if (lane == 0) {
-        *item_slot = item;
+        item_slot[0] = item;
+        item_slot[1] = tile.block;
+        item_slot[2] = start;
+        item_slot[3] = len;
         mbar_arrive_expect_tx(kv_full, 2 * KVTile::kBytes);
 #pragma unroll
         for (int sl = 0; sl < SLABS; ++sl) {
@@ -172,12 +176,12 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1)
     int item_iter = 0, q_iter = 0;
     for (;;) {
       mbar_wait(kv_full, item_iter & 1);
-      const int item = *item_slot;
+      const int item = item_slot[0];
       if (item < 0) break;
-      const Tile tile = p.kv_tiles.tiles[item / sh.heads_kv];
+      const Tile tile{0, item_slot[1]};
       const int hk = item % sh.heads_kv;
-      const int start = sh.cu_seqlens[tile.seq];
-      const int len = sh.cu_seqlens[tile.seq + 1] - start;
+      const int start = item_slot[2];
+      const int len = item_slot[3];
       const int k0 = tile.block * BN;
       const BlockRange qr = query_blocks_for_key_block(tile.block, BM, BN, len, sh.causal, sh.window);
       const int q_blocks = qr.end - qr.begin;

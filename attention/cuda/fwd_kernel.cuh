@@ -34,7 +34,7 @@ struct FwdTraits {
   using QTile = SlabTile<kBlockM, D>;
   using KVTile = SlabTile<kBlockN, D>;
   static constexpr int kStages = 2;
-  static constexpr int kBarrierBytes = 128;  // 8 mbarriers + 2 item slots
+  static constexpr int kBarrierBytes = 128;  // 8 mbarriers + 2 decoded item slots
   // Q[2], K[2], V[2], barriers, plus slack to align to the 1024-byte swizzle pattern.
   static constexpr int kSmemBytes = kStages * (QTile::kBytes + 2 * KVTile::kBytes) + kBarrierBytes + 1024;
   static constexpr int kConsumerWarps = 8;
@@ -61,6 +61,8 @@ __global__ void __launch_bounds__(FwdTraits<D>::kThreads, 1)
   auto q_empty = [&](int s) { return s_bar + 16 + 8 * s; };
   auto kv_full = [&](int s) { return s_bar + 32 + 8 * s; };
   auto kv_empty = [&](int s) { return s_bar + 48 + 8 * s; };
+  // Per Q stage, the item the producer decoded: {item, block, sequence start, length}, so
+  // the consumers start without a chain of dependent global loads.
   volatile int* items = reinterpret_cast<volatile int*>(smem + (s_bar + 64 - smem_addr(smem)));
 
   if (threadIdx.x == 0) {
@@ -89,15 +91,18 @@ __global__ void __launch_bounds__(FwdTraits<D>::kThreads, 1)
       const int qs = q_iter & 1;
       mbar_wait(q_empty(qs), ((q_iter >> 1) & 1) ^ 1);
       if (item >= num_items) {
-        items[qs] = -1;
+        items[4 * qs] = -1;
         mbar_arrive(q_full(qs));
         break;
       }
-      items[qs] = item;
       const Tile tile = p.tiles.tiles[item / sh.heads_q];
       const int h = item % sh.heads_q, hk = h / group;
       const int start = sh.cu_seqlens[tile.seq];
       const int len = sh.cu_seqlens[tile.seq + 1] - start;
+      items[4 * qs] = item;
+      items[4 * qs + 1] = tile.block;
+      items[4 * qs + 2] = start;
+      items[4 * qs + 3] = len;
       const BlockRange kr = key_blocks_for_query_block(tile.block, BM, BN, len, sh.causal, sh.window);
       mbar_arrive_expect_tx(q_full(qs), QTile::kBytes);
 #pragma unroll
@@ -138,12 +143,12 @@ __global__ void __launch_bounds__(FwdTraits<D>::kThreads, 1)
     for (;;) {
       const int qs = q_iter & 1;
       mbar_wait(q_full(qs), (q_iter >> 1) & 1);
-      const int item = items[qs];
+      const int item = items[4 * qs];
       if (item < 0) break;
-      const Tile tile = p.tiles.tiles[item / sh.heads_q];
+      const Tile tile{0, items[4 * qs + 1]};
       const int h = item % sh.heads_q;
-      const int start = sh.cu_seqlens[tile.seq];
-      const int len = sh.cu_seqlens[tile.seq + 1] - start;
+      const int start = items[4 * qs + 2];
+      const int len = items[4 * qs + 3];
       const int q0 = tile.block * BM;
       const BlockRange kr = key_blocks_for_query_block(tile.block, BM, BN, len, sh.causal, sh.window);
       const uint32_t s_q = s_q0 + qs * QTile::kBytes;
