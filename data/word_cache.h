@@ -1,6 +1,6 @@
 // Per-thread caches of word -> ids for the model stage. Each thread owns its
-// caches, so lookups take no lock; a cache that reaches its capacity is
-// cleared (frequent words come back at once).
+// caches, so lookups take no lock. Two generations approximate LRU cheaply:
+// when the young map fills up it becomes the old one, and old hits move back.
 #pragma once
 
 #include <atomic>
@@ -14,7 +14,7 @@ namespace fptrain::data {
 
 class WordCache {
  public:
-  static constexpr size_t kCapacity = 1 << 16;       // words per thread and model
+  static constexpr size_t kCapacity = 1 << 16;       // words per generation, thread and model
   static constexpr size_t kMaxWordBytes = 256;       // longer words are not cached
 
   // A fresh key for one model instance (ids are never reused).
@@ -37,21 +37,36 @@ class WordCache {
   // Appends the cached ids of `word` to `ids`; false when not cached.
   bool lookup(std::string_view word, std::vector<int32_t>& ids) {
     key_.assign(word.data(), word.size());
-    auto it = words_.find(key_);
-    if (it == words_.end()) return false;
-    ids.insert(ids.end(), it->second.begin(), it->second.end());
+    auto it = young_.find(key_);
+    if (it != young_.end()) {
+      ids.insert(ids.end(), it->second.begin(), it->second.end());
+      return true;
+    }
+    auto old = old_.find(key_);
+    if (old == old_.end()) return false;
+    ids.insert(ids.end(), old->second.begin(), old->second.end());
+    std::vector<int32_t> value = std::move(old->second);
+    old_.erase(old);  // before insert(), which may swap the generations
+    insert(std::move(value));
     return true;
   }
 
   // Stores ids[start:] for the word of the last lookup.
   void store(const std::vector<int32_t>& ids, size_t start) {
     if (key_.size() > kMaxWordBytes) return;
-    if (words_.size() >= kCapacity) words_.clear();
-    words_.emplace(key_, std::vector<int32_t>(ids.begin() + start, ids.end()));
+    insert(std::vector<int32_t>(ids.begin() + start, ids.end()));
   }
 
  private:
-  std::unordered_map<std::string, std::vector<int32_t>> words_;
+  void insert(std::vector<int32_t> value) {
+    if (young_.size() >= kCapacity) {
+      old_.swap(young_);
+      young_.clear();
+    }
+    young_.emplace(key_, std::move(value));
+  }
+
+  std::unordered_map<std::string, std::vector<int32_t>> young_, old_;
   std::string key_;
 };
 

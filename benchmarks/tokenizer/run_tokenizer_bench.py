@@ -29,6 +29,8 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "tokenizers"))
 import make_fixtures  # noqa: E402
 
 TOKENIZERS = {
+    "llama3_32k": "Llama 3 style tokenizer.json, 32k vocab (Split regex + ByteLevel, ignore_merges)",
+    "spm_32k": "Llama 2 style tokenizer.model, 32k vocab (SentencePiece BPE, byte fallback)",
     "bpe_llama3_ignore_merges": "Llama 3 style tokenizer.json (Split regex + ByteLevel, ignore_merges)",
     "bpe_granite": "Granite style tokenizer.json (GPT2Tokenizer, ByteLevel regex)",
     "bpe_byte_fallback": "Llama 2 style tokenizer.json (byte-fallback BPE, Prepend/Replace normalizer)",
@@ -55,6 +57,42 @@ def generate_texts(megabytes, seed=3):
         texts.append(text)
         size += len(text.encode("utf-8"))
     return texts
+
+
+def train_large(work, texts):
+    """32k-vocabulary tokenizers trained on separate text of the same kind, closer to real models than the
+    small test fixtures."""
+    import sentencepiece as spm
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE(ignore_merges=True))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(make_fixtures.LLAMA3_SPLIT), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=32000, special_tokens=["<|begin_of_text|>", "<|eot_id|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    tok.post_processor = processors.TemplateProcessing(
+        single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", tok.token_to_id("<|begin_of_text|>"))])
+    d = os.path.join(work, "llama3_32k")
+    make_fixtures.save_tokenizer_json(tok, d)
+    make_fixtures.write_config(d, {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|begin_of_text|>",
+                                   "eos_token": "<|eot_id|>"})
+
+    corpus = os.path.join(work, "spm_corpus.txt")
+    with open(corpus, "w", encoding="utf-8") as f:
+        f.write("\n".join(t.replace("\n", " ").replace("\r", " ") for t in texts))
+    spm.SentencePieceTrainer.train(
+        input=corpus, model_prefix=os.path.join(work, "spm_32k"), model_type="bpe", vocab_size=32000,
+        byte_fallback=True, normalization_rule_name="identity", remove_extra_whitespaces=False,
+        split_digits=True, allow_whitespace_only_pieces=True, unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+        hard_vocab_limit=False, minloglevel=2)
+    d = os.path.join(work, "spm_32k")
+    os.makedirs(d, exist_ok=True)
+    os.replace(os.path.join(work, "spm_32k.model"), os.path.join(d, "tokenizer.model"))
+    make_fixtures.write_config(d, {"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>",
+                                   "unk_token": "<unk>", "add_bos_token": True, "legacy": False})
 
 
 def time_hf(tok_dir, texts, rounds):
@@ -95,6 +133,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--core", type=int, default=0, help="CPU core both sides are pinned to")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    parser.add_argument("--keep", help="keep the tokenizers and texts in this directory (for profiling)")
     args = parser.parse_args()
 
     # One core for both sides, and no thread pool on the Hugging Face side.
@@ -102,12 +141,14 @@ def main():
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     os.sched_setaffinity(0, {args.core})
     bench = os.path.join(args.build, "benchmarks", "tokenizer_bench")
-    texts = generate_texts(args.mb)
+    texts = generate_texts(args.mb)  # timed; the 32k tokenizers train on other texts of the same kind
     results = []
-    with tempfile.TemporaryDirectory() as work:
+    with tempfile.TemporaryDirectory() as tmp:
+        work = args.keep or tmp
         fixtures = os.path.join(work, "fixtures")
         subprocess.run([sys.executable, make_fixtures.__file__, "--out", fixtures], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        train_large(fixtures, generate_texts(args.mb, seed=11))
         texts_path = os.path.join(work, "texts.jsonl")
         with open(texts_path, "w", encoding="utf-8") as f:
             for t in texts:
