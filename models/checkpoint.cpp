@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <fcntl.h>
 #include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -369,13 +371,19 @@ void save_pretrained(const fs::path& dir, const ModelConfig& config, const Tenso
     total_params += numel;
   }
 
-  const fs::path target = fs::absolute(dir).lexically_normal();
+  fs::path target = fs::absolute(dir).lexically_normal();
+  if (target.filename().empty()) target = target.parent_path();  // "out/" names "out"
   const fs::path parent = target.parent_path();
   fs::create_directories(parent);
+  // Leftovers of saves that were killed midway carry this folder's name; remove them.
+  const std::string stem = "." + target.filename().string();
+  for (const auto& e : fs::directory_iterator(parent)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(stem + ".tmp.", 0) == 0 || name.rfind(stem + ".old.", 0) == 0) remove_tree(e.path());
+  }
   const std::string tag = std::to_string(::getpid());
-  const fs::path tmp = parent / ("." + target.filename().string() + ".tmp." + tag);
-  const fs::path old = parent / ("." + target.filename().string() + ".old." + tag);
-  remove_tree(tmp);
+  const fs::path tmp = parent / (stem + ".tmp." + tag);
+  const fs::path old = parent / (stem + ".old." + tag);
   fs::create_directories(tmp);
   try {
     ModelConfig saved = config;
@@ -402,21 +410,34 @@ void save_pretrained(const fs::path& dir, const ModelConfig& config, const Tenso
     throw;
   }
 
-  // Swap the finished folder in; the old one is removed only once the new one is in place.
-  std::error_code ec;
-  const bool had_old = fs::exists(target);
-  if (had_old) {
-    remove_tree(old);
-    fs::rename(target, old, ec);
-    if (ec) throw std::runtime_error(target.string() + ": cannot move the previous checkpoint aside: " + ec.message());
+  // Swap the finished folder in. renameat2(RENAME_EXCHANGE) swaps both names in
+  // one step, so `dir` always names a complete checkpoint; filesystems without it
+  // get two renames, the old folder removed only once the new one is in place.
+  if (!fs::exists(target)) {
+    if (::rename(tmp.c_str(), target.c_str()) != 0) {
+      const std::string why = std::strerror(errno);
+      remove_tree(tmp);
+      throw std::runtime_error(target.string() + ": cannot move the new checkpoint into place: " + why);
+    }
+    return;
   }
-  fs::rename(tmp, target, ec);
-  if (ec) {
-    std::error_code ignored;
-    if (had_old) fs::rename(old, target, ignored);
-    throw std::runtime_error(target.string() + ": cannot move the new checkpoint into place: " + ec.message());
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
+    remove_tree(tmp);  // now holds the previous checkpoint
+    return;
   }
-  if (had_old) remove_tree(old);
+  remove_tree(old);
+  if (::rename(target.c_str(), old.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    remove_tree(tmp);
+    throw std::runtime_error(target.string() + ": cannot move the previous checkpoint aside: " + why);
+  }
+  if (::rename(tmp.c_str(), target.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    ::rename(old.c_str(), target.c_str());
+    remove_tree(tmp);
+    throw std::runtime_error(target.string() + ": cannot move the new checkpoint into place: " + why);
+  }
+  remove_tree(old);
 }
 
 }  // namespace fptrain::models

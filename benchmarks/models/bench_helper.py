@@ -55,6 +55,7 @@ def make(args):
                 p.fill_(1.0)
             else:
                 p.normal_(0.0, 0.02, generator=gen)
+    model = model.to("cpu")  # save from host memory, whatever the library version does with CUDA tensors
     model.save_pretrained(args.out, max_shard_size=args.max_shard_size)
     with open(stamp, "w") as f:
         f.write(args.shape + args.max_shard_size)

@@ -12,12 +12,13 @@ BUILD=${FPTRAIN_BUILD_DIR:-$ROOT/build}
 OUT=${OUT:-$ROOT/benchmarks/models/results}/models
 SHAPE=${FPTRAIN_BENCH_SHAPE:-llama2-7b}
 CKPT=${FPTRAIN_BENCH_CHECKPOINT:-${TMPDIR:-/tmp}/fptrain-bench-$SHAPE}
-REPEATS=${FPTRAIN_BENCH_REPEATS:-2}
+REPEATS=${FPTRAIN_BENCH_REPEATS:-1}
 if [ -x /opt/torch/.venv/bin/python ]; then PY=/opt/torch/.venv/bin/python; else PY=${FPTRAIN_PYTHON:-$ROOT/.venv/bin/python}; fi
 DEVICE=cpu
 command -v nvidia-smi >/dev/null 2>&1 && DEVICE=cuda
 mkdir -p "$OUT"
 
+start=$(date +%s)
 echo "== making the $SHAPE checkpoint in $CKPT"
 "$PY" "$ROOT/benchmarks/models/bench_helper.py" make --out "$CKPT" --shape "$SHAPE" \
   $( [ "$SHAPE" = tiny ] && echo "--max-shard-size 300KB" )
@@ -36,3 +37,4 @@ echo "== peers: safetensors, transformers ($DEVICE)"
 "$PY" "$ROOT/benchmarks/models/bench_helper.py" report --inputs "$OUT/load_fptrain.json" "$OUT/load_peers.json" \
   --md "$OUT/load_bench.md" --json "$OUT/load_bench.json"
 [ -n "${FPTRAIN_BENCH_KEEP:-}" ] || rm -rf "$CKPT"
+echo "== done in $(( $(date +%s) - start )) s"

@@ -320,6 +320,19 @@ TEST(SavePretrained, ReplacesTheFolderWholeAndLeavesNoTemporaries) {
   EXPECT_EQ(in_parent, (std::vector<std::string>{"out"}));
 }
 
+TEST(SavePretrained, TrailingSlashAndLeftoversOfKilledSaves) {
+  ScratchDir dir("save");
+  const ModelConfig c = config_of("mistral");
+  const TensorMap params = load_pretrained_weights(fixture("mistral"), c, at::kFloat);
+  fs::create_directories(dir / ".out.tmp.999999");  // as a save killed midway leaves it
+  write_bytes(dir / ".out.tmp.999999/model.safetensors", "partial");
+  save_pretrained((dir / "out").string() + "/", c, params, at::kFloat);
+  std::vector<std::string> in_parent;
+  for (const auto& e : fs::directory_iterator(dir.path())) in_parent.push_back(e.path().filename());
+  EXPECT_EQ(in_parent, (std::vector<std::string>{"out"}));
+  expect_equal_to_reference(load_pretrained_weights(dir / "out", c, at::kFloat), "mistral_ref", at::kFloat);
+}
+
 TEST(SavePretrained, FailedSaveLeavesThePreviousCheckpointIntact) {
   ScratchDir dir("save");
   const ModelConfig c = config_of("mistral");
