@@ -22,6 +22,7 @@
 #include "attention/cuda/masking.cuh"
 #include "attention/cuda/mma_utils.cuh"
 #include "attention/cuda/params.h"
+#include "attention/cuda/softmax.cuh"
 #include "attention/cuda/tile_sizes.h"
 #include "attention/cuda/tma_pipeline.cuh"
 #include "attention/cuda/wgmma_ops.cuh"
@@ -140,7 +141,7 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1)
           for (int i = lane; i < BM; i += 32) {
             const bool valid = q0 + i < len;
             const int64_t r = int64_t(h) * sh.total_tokens + start + q0 + i;
-            lse[i] = valid ? p.lse[r] : 0.f;
+            lse[i] = valid ? p.lse[r] * kLog2e : 0.f;  // base 2
             dsum[i] = valid ? p.dsum[r] : 0.f;
           }
           if (lane == 0) {
@@ -231,7 +232,7 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1)
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
           for (int e = 0; e < 4; ++e)
-            st[mt][e] = exp2f(fmaf(st[mt][e], scale_log2, -lse[mt * 8 + 2 * t + (e & 1)] * kLog2e));
+            st[mt][e] = fast_exp2(fmaf(st[mt][e], scale_log2, -lse[mt * 8 + 2 * t + (e & 1)]));
 
         // dV += P^T dO (dO rows are the K dimension: MN-major).
         uint32_t pf[BM / 16][4];

@@ -5,6 +5,7 @@
 #include "attention/cuda/masking.cuh"
 #include "attention/cuda/mma_utils.cuh"
 #include "attention/cuda/params.h"
+#include "attention/cuda/softmax.cuh"
 #include "attention/cuda/tile_scheduler.cuh"
 #include "attention/cuda/tile_sizes.h"
 
@@ -125,7 +126,7 @@ __global__ void __launch_bounds__(DqTraits<D>::kThreads) bwd_dq_kernel(BwdParams
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int r = e >> 1;
-          const float pr = exp2f(fmaf(s[nt][e], scale_log2, -lse2[r]));
+          const float pr = fast_exp2(fmaf(s[nt][e], scale_log2, -lse2[r]));
           s[nt][e] = pr * (dp[nt][e] - dsum[r]);
         }
       }
