@@ -29,9 +29,11 @@ std::vector<std::string> parameter_names_in_model_order(const ModelConfig& confi
 // present with the expected shape and that nothing else is (rotary inv_freq
 // buffers and, with tied embeddings, lm_head.weight are ignored); one error lists
 // all missing, unexpected and misshapen tensors. Each tensor is converted to
-// `dtype` and placed on `device` with a single copy from the mapped file (for
-// CUDA through pinned staging buffers, converting on the GPU). The result holds
-// exactly the names of expected_parameter_shapes().
+// `dtype` and placed on `device` with one copy out of the file: on the CPU
+// straight into the result (or one converting pass from the mapping); to CUDA
+// through two pinned staging buffers that overlap reading with the transfer,
+// converting on the GPU. The result holds exactly the names of
+// expected_parameter_shapes(), as contiguous tensors owned by nobody else.
 TensorMap load_pretrained_weights(const std::filesystem::path& model_dir, const ModelConfig& config,
                                   at::ScalarType dtype, at::Device device = at::kCPU);
 
