@@ -11,7 +11,9 @@
 //   dV  += P^T dO           (RS, dO read MN-major)
 //   dK  += dS^T Q           (RS, Q read MN-major)
 //   dQ  += dS K             (SS, dS^T from shared memory read M-major; each warpgroup takes
-//                            half of D) added to an fp32 buffer with atomics.
+//                            half of D), staged in shared memory and added to an fp32 buffer
+//                            by bulk tensor reductions (one thread issues them; no per-thread
+//                            atomics on the consumers' path).
 // dK and dV stay in registers over the whole head group: no per-query-head copies, no
 // reduction pass. Without atomics (deterministic mode) the dQ product is skipped and a
 // separate dQ pass runs.
@@ -42,14 +44,19 @@ struct BwdTraits {
   using DsTile = SlabTile<kBlockN, kBlockM>;  // dS^T: rows are keys
   static constexpr int kRowStatBytes = kBlockM * 4;
   static constexpr int kConsumerWarps = 8;
-  // K, V, Q[2], dO[2], dS^T[2], lse[2], dsum[2], barriers, plus slack for 1024-byte alignment.
-  static constexpr int kSmemBytes =
-      2 * KVTile::kBytes + 4 * QTile::kBytes + 2 * DsTile::kBytes + 4 * kRowStatBytes + 128 + 1024;
+  // dQ staging per consumer warpgroup: 64 query rows x D/2 fp32 as 32-float (128-byte) slabs.
+  static constexpr int kDqSlabBytes = kBlockM * 128;
+  static constexpr int kDqBytes = (D / 2 / 32) * kDqSlabBytes;
+  // K, V, Q[2], dO[2], dS^T[2], dQ staging x2, lse[2], dsum[2], barriers, plus slack for
+  // 1024-byte alignment.
+  static constexpr int kSmemBytes = 2 * KVTile::kBytes + 4 * QTile::kBytes + 2 * DsTile::kBytes + 2 * kDqBytes +
+                                    4 * kRowStatBytes + 128 + 1024;
 };
 
 struct BwdTensorMaps {
   CUtensorMap q, dout;  // boxes of 64 x 1 x 64 rows
   CUtensorMap k, v;     // boxes of 64 x 1 x 128 rows
+  CUtensorMap dq;       // fp32 dQ buffer, boxes of 32 x 1 x 64 rows
 };
 
 template <typename T, int D, bool kAtomicDQ>
@@ -67,7 +74,8 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1)
   const uint32_t s_q0 = s_v + KVTile::kBytes;
   const uint32_t s_do0 = s_q0 + 2 * QTile::kBytes;
   const uint32_t s_ds0 = s_do0 + 2 * QTile::kBytes;
-  const uint32_t s_stats = s_ds0 + 2 * DsTile::kBytes;  // lse[2][BM], dsum[2][BM]
+  const uint32_t s_dq0 = s_ds0 + 2 * DsTile::kBytes;
+  const uint32_t s_stats = s_dq0 + 2 * Tr::kDqBytes;  // lse[2][BM], dsum[2][BM]
   const uint32_t s_bar = s_stats + 4 * Tr::kRowStatBytes;
   float* stats = reinterpret_cast<float*>(smem + (s_stats - smem_addr(smem)));
   // mbarriers: kv_full, kv_empty, q_full[2], q_empty[2]; then the decoded item
@@ -168,7 +176,7 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1)
     const int wl = (threadIdx.x / 32) & 3;
     const int g = lane >> 2, t = lane & 3;
     const int row0 = cw * 64 + wl * 16;  // this warp's first key row in the block
-    const int64_t q_stride = int64_t(sh.heads_q) * D, kv_stride = int64_t(sh.heads_kv) * D;
+    const int64_t kv_stride = int64_t(sh.heads_kv) * D;
     const float scale_log2 = sh.scale * kLog2e;
     auto release = [&](uint32_t bar) {
       if (lane == 0) mbar_arrive(bar);
@@ -222,6 +230,10 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1)
                                           kt > 0);
         }
         wgmma_commit();
+        // Row statistics of this thread's query columns, read while the products run.
+        float2 lse2[MT];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) lse2[mt] = *reinterpret_cast<const float2*>(lse + mt * 8 + 2 * t);
         wgmma_wait<1>();  // S^T ready, dP^T may still run
         fence_acc(st);
 
@@ -232,11 +244,14 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1)
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
           for (int e = 0; e < 4; ++e)
-            st[mt][e] = fast_exp2(fmaf(st[mt][e], scale_log2, -lse[mt * 8 + 2 * t + (e & 1)]));
+            st[mt][e] = fast_exp2(fmaf(st[mt][e], scale_log2, (e & 1) ? -lse2[mt].y : -lse2[mt].x));
 
         // dV += P^T dO (dO rows are the K dimension: MN-major).
         uint32_t pf[BM / 16][4];
         acc_to_a_frags<T, BM / 16>(pf, st);
+        float2 dsum2[MT];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) dsum2[mt] = *reinterpret_cast<const float2*>(dsum + mt * 8 + 2 * t);
         wgmma_wait<0>();
         fence_acc(dpt);
         wgmma_fence();
@@ -249,7 +264,7 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1)
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) st[mt][e] *= dpt[mt][e] - dsum[mt * 8 + 2 * t + (e & 1)];
+          for (int e = 0; e < 4; ++e) st[mt][e] *= dpt[mt][e] - ((e & 1) ? dsum2[mt].y : dsum2[mt].x);
         uint32_t dsf[BM / 16][4];
         acc_to_a_frags<T, BM / 16>(dsf, st);
         wgmma_fence();
@@ -286,15 +301,30 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1)
           wgmma_wait<0>();
           fence_acc(dq);
           release(q_empty(qs));
-          float* dq_ptr = p.dq_accum + (int64_t(start + q0) * sh.heads_q + h) * D + d0;
+          // Stage dQ (fp32) in this warpgroup's slabs, then one thread adds it to the global
+          // buffer with bulk tensor reductions. Rows past the sequence end hold exact zeros
+          // (their P is 0), so adding them to the next sequence's rows changes nothing.
+          const bool issuer = wl == 0 && lane == 0;
+          const uint32_t s_dq = s_dq0 + cw * Tr::kDqBytes;
+          if (issuer) bulk_wait_read();  // the previous step's reduction has read the slabs
+          named_barrier_sync(2 + cw, 128);
 #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int row = wl * 16 + g + r * 8;
-            if (q0 + row >= len) continue;
-            float* dst = dq_ptr + row * q_stride + 2 * t;
+          for (int i = 0; i < DQN / 8; ++i)
 #pragma unroll
-            for (int i = 0; i < DQN / 8; ++i)
-              atomicAdd(reinterpret_cast<float2*>(dst + i * 8), make_float2(dq[i][2 * r], dq[i][2 * r + 1]));
+            for (int r = 0; r < 2; ++r) {
+              const int row = wl * 16 + g + r * 8, c = i * 8 + 2 * t;
+              const uint32_t addr = s_dq + (c / 32) * Tr::kDqSlabBytes + row * 128 +
+                                    ((((c % 32) >> 2) ^ (row & 7)) << 4) + (c & 3) * 4;
+              asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq[i][2 * r]),
+                           "f"(dq[i][2 * r + 1]));
+            }
+          fence_proxy_async();
+          named_barrier_sync(2 + cw, 128);
+          if (issuer) {
+#pragma unroll
+            for (int sl = 0; sl < DQN / 32; ++sl)
+              tma_reduce_add_3d(&maps.dq, s_dq + sl * Tr::kDqSlabBytes, d0 + sl * 32, h, start + q0);
+            bulk_commit();
           }
         } else {
           wgmma_wait<0>();
@@ -328,6 +358,7 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1)
       }
       ++item_iter;
     }
+    if (kAtomicDQ && wl == 0 && lane == 0) bulk_wait();  // staging must outlive the reductions
   }
 }
 

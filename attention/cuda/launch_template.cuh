@@ -52,17 +52,20 @@ inline EncodeTiledFn tensor_map_encoder() {
   return fn;
 }
 
-// A packed [T, H, D] tensor as a 3-D tensor map (D, H, T) read in boxes of 64 x 1 x rows with
-// the 128-byte swizzle: each box lands as one slab of a SlabTile. Rows past T read as zeros.
+// A packed [T, H, D] tensor as a 3-D tensor map (D, H, T) moved in boxes of one 128-byte line
+// (64 16-bit or 32 fp32 elements) x 1 head x rows with the 128-byte swizzle: each box is one
+// slab of a SlabTile. Rows past T read as zeros and are dropped on writes.
 template <typename T>
 CUtensorMap packed_tensor_map(const void* base, int tokens, int heads, int head_dim, int rows) {
   CUtensorMap map;
+  constexpr cuuint64_t kElem = sizeof(T);
   const cuuint64_t dims[3] = {cuuint64_t(head_dim), cuuint64_t(heads), cuuint64_t(tokens)};
-  const cuuint64_t strides[2] = {cuuint64_t(head_dim) * 2, cuuint64_t(heads) * head_dim * 2};
-  const cuuint32_t box[3] = {64, 1, cuuint32_t(rows)};
+  const cuuint64_t strides[2] = {cuuint64_t(head_dim) * kElem, cuuint64_t(heads) * head_dim * kElem};
+  const cuuint32_t box[3] = {cuuint32_t(128 / kElem), 1, cuuint32_t(rows)};  // one 128-byte line per row
   const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUtensorMapDataType type =
-      std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const CUtensorMapDataType type = std::is_same_v<T, float>            ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                   : std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                                       : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   const CUresult r = tensor_map_encoder()(&map, type, 3, const_cast<void*>(base), dims, strides, box, elem_strides,
                                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -102,6 +105,7 @@ void run_bwd_typed(BwdParams& p, cudaStream_t stream) {
   maps.dout = packed_tensor_map<T>(p.dout, s.total_tokens, s.heads_q, D, Tr::kBlockM);
   maps.k = packed_tensor_map<T>(p.k, s.total_tokens, s.heads_kv, D, Tr::kBlockN);
   maps.v = packed_tensor_map<T>(p.v, s.total_tokens, s.heads_kv, D, Tr::kBlockN);
+  if (!p.deterministic) maps.dq = packed_tensor_map<float>(p.dq_accum, s.total_tokens, s.heads_q, D, Tr::kBlockM);
   auto launch_dkdv = [&](auto kernel) {
     set_smem(kernel, Tr::kSmemBytes);
     p.num_ctas_kv = persistent_ctas(kernel, Tr::kThreads, Tr::kSmemBytes, p.kv_tiles.capacity * s.heads_kv);
