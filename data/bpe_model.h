@@ -42,6 +42,7 @@ class BpeModel final : public TokenModel {
   // Open addressing over (left id, right id).
   const MergeValue* find_merge(int32_t left, int32_t right) const;
   void merge_word(std::string_view word, std::vector<int32_t>& ids) const;
+  void tokenize_word(std::string_view word, std::vector<int32_t>& ids) const;
 
   std::vector<std::string> vocab_;
   StringIdMap ids_;
@@ -53,6 +54,12 @@ class BpeModel final : public TokenModel {
   int32_t unk_id_ = -1;
   BpeOptions options_;
   uint64_t instance_;                   // keys this model's entries in the thread-local caches
+  // Metaspace vocabularies (SentencePiece style) see whole lines as one piece.
+  // When "▁" is a token and no token holds "▁" after its first character
+  // (unless it is all "▁"), no merge can cross the point before a "▁" that
+  // follows another character, so such pieces are merged word by word (and
+  // words cached) with exactly the same result.
+  bool split_at_metaspace_ = false;
 };
 
 }  // namespace fptrain::data

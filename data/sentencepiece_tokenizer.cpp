@@ -2,9 +2,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <stdexcept>
+#include <unordered_map>
 
+#include "data/bpe_model.h"
 #include "data/sentencepiece_model.h"
+#include "data/unicode.h"
 #include "data/special_tokens.h"
 #include "data/tokenizer_pipeline.h"
 
@@ -24,10 +28,38 @@ AddedToken named_default(const std::optional<AddedToken>& configured, const char
   return t;
 }
 
+// transformers' generate_merges(vocab): every split of every piece into two
+// pieces is a merge, ordered by the merged piece's id, then by the length of
+// the left part in characters.
+std::vector<std::pair<std::string, std::string>> merges_from_pieces(const std::vector<std::string>& pieces) {
+  std::unordered_map<std::string_view, int32_t> ids;
+  for (size_t i = 0; i < pieces.size(); ++i) ids.emplace(pieces[i], static_cast<int32_t>(i));
+  std::vector<std::pair<std::string, std::string>> merges;
+  for (const auto& piece : pieces) {
+    const std::string_view p(piece);
+    size_t b = unicode::sequence_length(static_cast<unsigned char>(p.empty() ? 0 : p[0]));
+    for (; b < p.size(); b += unicode::sequence_length(static_cast<unsigned char>(p[b]))) {
+      if (ids.count(p.substr(0, b)) && ids.count(p.substr(b))) {
+        merges.emplace_back(std::string(p.substr(0, b)), std::string(p.substr(b)));
+      }
+    }
+  }
+  return merges;  // pieces in id order, splits by growing left length: already sorted
+}
+
+std::unique_ptr<TokenModel> make_bpe_from_pieces(const SentencePieceModel& spm, const std::string& file) {
+  std::vector<std::string> vocab;
+  vocab.reserve(spm.size());
+  for (int32_t id = 0; id < spm.size(); ++id) vocab.push_back(*spm.id_to_token(id));
+  const auto merges = merges_from_pieces(vocab);
+  // LlamaTokenizer's BPE: byte fallback, fused unknowns, no unk token.
+  return std::make_unique<BpeModel>(std::move(vocab), merges, BpeOptions{std::nullopt, true, true, false}, file);
+}
+
 }  // namespace
 
 std::unique_ptr<Tokenizer> load_sentencepiece_tokenizer(const std::filesystem::path& model_file,
-                                                        const TokenizerConfig& config_in) {
+                                                        const TokenizerConfig& config_in, SentencePieceEngine engine) {
   const std::string file = model_file.string();
   if (!is_llama_class(config_in.tokenizer_class)) {
     throw std::runtime_error(file + ": tokenizer_class '" + *config_in.tokenizer_class +
@@ -42,7 +74,6 @@ std::unique_ptr<Tokenizer> load_sentencepiece_tokenizer(const std::filesystem::p
   }
   TokenizerParts parts;
   const auto* spm = model.get();
-  parts.model = std::move(model);
 
   // Control pieces are special added tokens, user-defined pieces plain ones.
   for (int32_t id = 0; id < spm->size(); ++id) {
@@ -56,6 +87,11 @@ std::unique_ptr<Tokenizer> load_sentencepiece_tokenizer(const std::filesystem::p
     t.special = type == SentencePieceModel::PieceType::kControl;
     t.normalized = false;
     parts.added.add(t, nullptr);
+  }
+  if (engine == SentencePieceEngine::kMerges) {
+    parts.model = make_bpe_from_pieces(*spm, file);
+  } else {
+    parts.model = std::move(model);
   }
 
   // LlamaTokenizer's defaults for the named tokens.

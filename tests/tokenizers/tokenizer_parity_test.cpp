@@ -10,7 +10,9 @@
 #include <thread>
 #include <vector>
 
+#include "data/sentencepiece_tokenizer.h"
 #include "data/tokenizer.h"
+#include "data/tokenizer_config.h"
 
 namespace {
 
@@ -97,6 +99,26 @@ TEST_P(TokenizerParity, ConcurrentEncodeIsDeterministic) {
   }
   for (auto& th : threads) th.join();
   for (int t = 0; t < 4; ++t) EXPECT_EQ(failures[t], 0) << "thread " << t;
+}
+
+// libsentencepiece's own BPE, an independent implementation, agrees with the
+// transformers-style merges (and so with Hugging Face) on every line.
+TEST(SentencePieceEngines, LibSentencePieceMatchesHuggingFace) {
+  for (const char* name : {"spm_llama2", "spm_legacy_eos"}) {
+    const fs::path dir = fs::path(FPTRAIN_FIXTURE_DIR) / name;
+    const auto golden = read_json(dir / "golden.json");
+    const auto tok = fptrain::data::load_sentencepiece_tokenizer(
+        dir / "tokenizer.model", fptrain::data::read_tokenizer_config(dir),
+        fptrain::data::SentencePieceEngine::kLibSentencePiece);
+    const auto& lines = golden.at("lines");
+    for (size_t i = 0; i < lines.size(); ++i) {
+      const std::string line = lines[i].get<std::string>();
+      ASSERT_EQ(tok->encode(line, true), golden["with_special"][i].get<std::vector<int32_t>>())
+          << name << " line " << i << ": " << show(line);
+      ASSERT_EQ(tok->encode(line, false), golden["without_special"][i].get<std::vector<int32_t>>())
+          << name << " line " << i << ": " << show(line);
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TokenizerParity, ::testing::ValuesIn(kFixtures),
