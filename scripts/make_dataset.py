@@ -15,10 +15,13 @@ packing-paper experiments use these shapes):
             narrow. A word problem with numbers, then a step-by-step solution
             (response share 60-85%) with arithmetic.
 
-Text is English-like: words drawn from a built-in vocabulary with a Zipf-like
-frequency, sentences with punctuation, numbers, some arithmetic and code, so it
-tokenizes like real instructions (about 1.3 tokens per word for Llama-style
-BPE). Target lengths are converted to words with --tokens-per-word; with
+Text is English-like: 75% of the words drawn (Zipf) from a built-in list of
+common English words, 25% from a long tail of 60,000 pseudo-words built from
+syllables (Zipf, fixed, the same for every file), so that,
+as in real text, frequent words are single tokens while rare ones split into
+several and a tokenizer's word cache does not see only a few hundred words.
+Sentences carry punctuation, numbers, some arithmetic and code. About 1.6
+tokens per word for a 32k Llama-style BPE (the default --tokens-per-word). Target lengths are converted to words with --tokens-per-word; with
 --tokenizer the ratio is measured on a sample with that Hugging Face tokenizer
 first. Output is deterministic for a given --seed.
 
@@ -68,13 +71,39 @@ CODE_SNIPPETS = [
 NAMES = ["total", "count", "value", "items", "result", "score", "index", "price", "width", "height", "data", "users"]
 
 
+ONSETS = ["b", "c", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "br", "ch", "st", "tr"]
+NUCLEI = ["a", "e", "i", "o", "u", "a", "e", "i", "o", "ea", "ou"]
+CODAS = ["", "", "", "", "n", "r", "s", "t", "l", "nd", "st"]
+TAIL_WORDS = 60000
+COMMON_SHARE = 0.75  # of running words; the rest comes from the long tail
+
+
+def vocabulary():
+    """Common English words, then pseudo-words of 2-3 syllables (the same on every run), shorter ones
+    more frequent, as in real text."""
+    rng = np.random.default_rng(12345)
+    words, seen = list(dict.fromkeys(WORDS)), set(WORDS)
+    tail = []
+    while len(tail) < TAIL_WORDS:
+        n = 2 + int(rng.random() < 0.4)
+        w = "".join(ONSETS[rng.integers(len(ONSETS))] + NUCLEI[rng.integers(len(NUCLEI))] +
+                    CODAS[rng.integers(len(CODAS))] for _ in range(n))
+        if w not in seen:
+            seen.add(w)
+            tail.append(w)
+    tail.sort(key=len)
+    return words + tail
+
+
 class TextMaker:
     def __init__(self, rng):
         self.rng = rng
-        ranks = np.arange(1, len(WORDS) + 1)
-        p = 1.0 / ranks ** 0.9
-        self.p = p / p.sum()
-        self.words = np.array(WORDS)
+        words = vocabulary()
+        self.words = np.array(words)
+        common = 1.0 / np.arange(1, len(WORDS) + 1) ** 0.9
+        tail = 1.0 / np.arange(1, len(words) - len(WORDS) + 1)
+        p = np.concatenate([COMMON_SHARE * common / common.sum(), (1 - COMMON_SHARE) * tail / tail.sum()])
+        self.cdf = np.cumsum(p)
 
     def number(self):
         r = self.rng.random()
@@ -90,7 +119,8 @@ class TextMaker:
         remaining = max(1, int(n_words))
         while remaining > 0:
             k = min(remaining, int(self.rng.integers(5, 22)))
-            ws = self.words[self.rng.choice(len(self.words), size=k, p=self.p)].tolist()
+            idx = np.minimum(np.searchsorted(self.cdf, self.rng.random(k)), len(self.words) - 1)
+            ws = self.words[idx].tolist()
             for i in np.nonzero(self.rng.random(k) < numbers)[0]:
                 ws[i] = self.number()
             if k > 8 and self.rng.random() < 0.4:
@@ -176,7 +206,7 @@ def main():
     ap.add_argument("--examples", type=int, default=10000)
     ap.add_argument("--format", choices=["messages", "prompt_completion", "alpaca", "text"], default="messages")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--tokens-per-word", type=float, default=1.3)
+    ap.add_argument("--tokens-per-word", type=float, default=1.6)
     ap.add_argument("--tokenizer", help="Hugging Face tokenizer directory to calibrate tokens per word")
     ap.add_argument("--median", type=float, help="override the profile's median length (tokens)")
     ap.add_argument("--sigma", type=float, help="override the profile's lognormal sigma")

@@ -7,7 +7,9 @@
 //                       [--max-tokens 16384] [--modes flatten,pad,pack] [--out result.json]
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -85,8 +87,11 @@ int main(int argc, char** argv) {
       const double c0 = cpu_seconds();
       DataPipeline pipeline(mo, tok);
       int64_t examples = 0, tokens = 0, padding = 0, supervised = 0, micro_batches = 0;
+      std::vector<double> lengths;
       while (auto step = pipeline.next_step()) {
         for (const auto& mb : step->micro_batches) {
+          if (mo.batching != BatchMode::kPad)
+            for (size_t i = 0; i + 1 < mb.cu_seqlens.size(); ++i) lengths.push_back(mb.cu_seqlens[i + 1] - mb.cu_seqlens[i]);
           examples += mb.num_examples;
           tokens += mb.num_tokens;
           padding += mb.num_padding_tokens;
@@ -95,6 +100,18 @@ int main(int argc, char** argv) {
         }
       }
       const double wall = seconds_since(t0);
+      if (!lengths.empty() && !result.contains("lengths")) {
+        // The token-length distribution of the file, to check the generator's profile.
+        std::sort(lengths.begin(), lengths.end());
+        double log_mean = 0, log_var = 0;
+        for (double l : lengths) log_mean += std::log(l) / lengths.size();
+        for (double l : lengths) log_var += (std::log(l) - log_mean) * (std::log(l) - log_mean) / lengths.size();
+        result["lengths"] = {{"median", lengths[lengths.size() / 2]},
+                             {"p90", lengths[lengths.size() * 9 / 10]},
+                             {"max", lengths.back()},
+                             {"mean", tokens / static_cast<double>(lengths.size())},
+                             {"log_sigma", std::sqrt(log_var)}};
+      }
       const double s = cpu_seconds() - c0;
       const int64_t real = tokens - padding;
       result["modes"].push_back({{"mode", mode},
