@@ -2,7 +2,10 @@
 // SDPA on the padded layout, forward and forward+backward, one run on one GPU.
 //
 //   attention_bench [--out results.json] [--md results.md] [--reps N] [--only-ours] [--workload NAME]
-//                   [--head-dim D]
+//                   [--head-dim D] [--deviation]
+//
+// --deviation writes the numeric deviation study (O vs float64 for sequence lengths 256..16k)
+// instead of timing.
 //
 // FLOPs are FlashAttention's count of useful work: causal forward = 2 * Hq * D * sum(L_i^2)
 // (non-causal twice that), backward = 2.5x forward. Padding done by cuDNN counts nothing.
@@ -95,12 +98,81 @@ struct Row {
   double fwd_ms, fwdbwd_ms, fwd_tflops, fwdbwd_tflops;
 };
 
+// Numeric deviation of O from a float64 reference ("Is Flash Attention Stable?"): one causal
+// sequence of length L, Hq = 4, Hkv = 1, D = 128, bf16 inputs; max and mean |O - O_fp64| for
+// our kernels, FA2 varlen, cuDNN SDPA and bf16 math attention (fp32 softmax).
+void deviation_study(const std::string& json_path, const std::string& md_path, const std::string& device) {
+  const int hq = 4, hkv = 1, d = 128, chunk = 2048;
+  const double scale = 1.0 / std::sqrt(double(d));
+  auto opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
+  std::string json = "{\n  \"device\": \"" + device + "\",\n  \"rows\": [\n";
+  std::string md = "| L | method | max abs dev | mean abs dev |\n|---|---|---|---|\n";
+  bool first = true;
+  for (int L : {256, 1024, 4096, 16384}) {
+    at::Tensor q = at::randn({L, hq, d}, opts), k = at::randn({L, hkv, d}, opts), v = at::randn({L, hkv, d}, opts);
+    at::Tensor cu = at::tensor(std::vector<int>{0, L}, at::TensorOptions().dtype(at::kInt)).to(at::kCUDA);
+    fa::VarlenSpec spec;
+    spec.cu_seqlens = cu;
+    spec.max_seqlen = L;
+    spec.softmax_scale = scale;
+    std::vector<std::pair<std::string, at::Tensor>> outs;
+    outs.emplace_back("fptrain", std::get<0>(fa::cuda::attention_forward(q, k, v, spec)));
+    outs.emplace_back("torch-fa2", std::get<0>(at::_flash_attention_forward(q, k, v, cu, cu, L, L, 0.0, true, false,
+                                                                             scale)));
+    try {
+      at::Tensor kr = k.repeat_interleave(hq / hkv, 1), vr = v.repeat_interleave(hq / hkv, 1);
+      auto r = at::_scaled_dot_product_cudnn_attention(q.unsqueeze(0).transpose(1, 2), kr.unsqueeze(0).transpose(1, 2),
+                                                       vr.unsqueeze(0).transpose(1, 2), std::nullopt, false, 0.0, true,
+                                                       false, scale);
+      outs.emplace_back("cudnn", std::get<0>(r).transpose(1, 2).squeeze(0));
+    } catch (const std::exception& e) {
+      std::printf("cudnn failed at L=%d: %.200s\n", L, e.what());
+    }
+    // float64 reference and the bf16 math baseline, by query chunks (no L x L tensor per head at once).
+    at::Tensor ref = at::empty({L, hq, d}, at::TensorOptions().dtype(at::kDouble).device(at::kCUDA));
+    at::Tensor math = at::empty({L, hq, d}, opts);
+    for (int h = 0; h < hq; ++h) {
+      at::Tensor kh = k.select(1, h / (hq / hkv)), vh = v.select(1, h / (hq / hkv));
+      for (int c0 = 0; c0 < L; c0 += chunk) {
+        const int n = std::min(chunk, L - c0);
+        at::Tensor qh = q.select(1, h).narrow(0, c0, n);
+        auto i = at::arange(c0, c0 + n, at::TensorOptions().dtype(at::kLong).device(at::kCUDA)).unsqueeze(1);
+        auto j = at::arange(L, at::TensorOptions().dtype(at::kLong).device(at::kCUDA)).unsqueeze(0);
+        at::Tensor hidden = j > i;
+        at::Tensor s64 = at::matmul(qh.to(at::kDouble), kh.to(at::kDouble).t()) * scale;
+        ref.select(1, h).narrow(0, c0, n).copy_(at::matmul(at::softmax(s64.masked_fill(hidden, -INFINITY), -1),
+                                                            vh.to(at::kDouble)));
+        at::Tensor s = at::matmul(qh, kh.t()) * scale;
+        math.select(1, h).narrow(0, c0, n).copy_(
+            at::matmul(at::softmax(s.masked_fill(hidden, -INFINITY), -1, at::kFloat).to(at::kBFloat16), vh));
+      }
+    }
+    outs.emplace_back("bf16-math", math);
+    for (const auto& [name, o] : outs) {
+      at::Tensor dev = (o.to(at::kDouble) - ref).abs();
+      const double mx = dev.max().item<double>(), mean = dev.mean().item<double>();
+      char buf[256];
+      std::snprintf(buf, sizeof buf, "%s    {\"seqlen\": %d, \"method\": \"%s\", \"max_abs\": %.4e, \"mean_abs\": %.4e}",
+                    first ? "" : ",\n", L, name.c_str(), mx, mean);
+      json += buf;
+      first = false;
+      std::snprintf(buf, sizeof buf, "| %d | %s | %.3e | %.3e |\n", L, name.c_str(), mx, mean);
+      md += buf;
+    }
+  }
+  json += "\n  ]\n}\n";
+  std::printf("\nDeviation of O from float64 (%s)\n%s", device.c_str(), md.c_str());
+  if (!json_path.empty()) std::ofstream(json_path) << json;
+  if (!md_path.empty()) std::ofstream(md_path) << "Device: " << device << ". Causal, Hq=4, Hkv=1, D=128, bf16.\n\n" << md;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string json_path, md_path;
   int reps = 20;
   bool only_ours = false;
+  bool deviation = false;
   std::string only_workload;
   int only_dim = 0;
   for (int i = 1; i < argc; ++i) {
@@ -108,19 +180,24 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--md") && i + 1 < argc) md_path = argv[++i];
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--only-ours")) only_ours = true;
+    else if (!std::strcmp(argv[i], "--deviation")) deviation = true;
     else if (!std::strcmp(argv[i], "--workload") && i + 1 < argc) only_workload = argv[++i];
     else if (!std::strcmp(argv[i], "--head-dim") && i + 1 < argc) only_dim = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "usage: %s [--out file.json] [--md file.md] [--reps N] [--only-ours] [--workload NAME] "
-                   "[--head-dim D]\n", argv[0]);
+                   "[--head-dim D] [--deviation]\n", argv[0]);
       return 2;
     }
   }
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "device properties");
+  at::manual_seed(42);
+  if (deviation) {
+    deviation_study(json_path, md_path, prop.name);
+    return 0;
+  }
   const int hq = 32, hkv = 8;
   std::vector<Row> rows;
-  at::manual_seed(42);
 
   for (int d : {128, 64}) {
     if (only_dim && d != only_dim) continue;
