@@ -127,6 +127,10 @@ void AddedVocabulary::rebuild() {
     sets_[s].insert(match_forms_[i], static_cast<int32_t>(i));
     has_set_[s] = true;
   }
+  for (int s = 0; s < 2; ++s) {
+    std::fill(std::begin(can_start_[s]), std::end(can_start_[s]), false);
+    for (const auto& [c, child] : sets_[s].nodes[0].next) can_start_[s][c] = true;
+  }
 }
 
 void AddedVocabulary::split(std::string_view text, bool normalized_set, std::vector<TextSegment>& out) const {
@@ -137,9 +141,7 @@ void AddedVocabulary::split(std::string_view text, bool normalized_set, std::vec
     return;
   }
   const Trie& trie = sets_[s];
-  // Bytes that can start a pattern, to skip quickly over plain text.
-  bool can_start[256] = {};
-  for (const auto& [c, child] : trie.nodes[0].next) can_start[c] = true;
+  const bool* can_start = can_start_[s];
 
   size_t start_offset = 0;  // end of the last emitted segment
   size_t pos = 0;
@@ -181,6 +183,11 @@ std::optional<int32_t> AddedVocabulary::token_to_id(std::string_view content) co
 const AddedToken* AddedVocabulary::find(int32_t id) const {
   auto it = by_id_.find(id);
   return it == by_id_.end() ? nullptr : &tokens_[it->second];
+}
+
+const std::string* AddedVocabulary::decoded_form(int32_t id) const {
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : &match_forms_[it->second];
 }
 
 int32_t AddedVocabulary::max_id() const {

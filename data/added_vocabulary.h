@@ -54,6 +54,9 @@ class AddedVocabulary {
   bool empty() const { return tokens_.empty(); }
   std::optional<int32_t> token_to_id(std::string_view content) const;
   const AddedToken* find(int32_t id) const;
+  // What decode shows for the token: its normalized form when it is matched
+  // normalized (tokenizers' simple_id_to_token), else its content.
+  const std::string* decoded_form(int32_t id) const;
   int32_t max_id() const;
 
  private:
@@ -76,6 +79,7 @@ class AddedVocabulary {
   std::unordered_map<int32_t, size_t> by_id_;
   Trie sets_[2];
   bool has_set_[2] = {false, false};
+  bool can_start_[2][256] = {};  // bytes that begin some pattern of the set
 };
 
 }  // namespace fptrain::data

@@ -122,7 +122,10 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer_json(const std::filesystem::path& p
   parts.post_processor = make_post_processor(j.value("post_processor", nlohmann::json()), file);
   parts.model = std::make_unique<BpeModel>(std::move(bpe.vocab), bpe.merges, bpe.options, file);
 
-  if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
+  // A rebuilt pipeline gets the file's added tokens only when
+  // tokenizer_config.json has no added_tokens_decoder (transformers' rule).
+  const bool use_file_tokens = cls == TransformersClass::kFileAsIs || !config.has_added_tokens_decoder;
+  if (use_file_tokens && j.contains("added_tokens") && j["added_tokens"].is_array()) {
     for (const auto& t : j["added_tokens"]) {
       AddedToken token;
       token.id = json_field(t, "id", file, "added_tokens entry").get<int32_t>();

@@ -70,6 +70,7 @@ TokenizerConfig read_tokenizer_config(const std::filesystem::path& dir) {
     config.add_prefix_space = optional_bool(j, "add_prefix_space", file);
     if (j.contains("added_tokens_decoder") && j["added_tokens_decoder"].is_object()) {
       has_added_tokens_decoder = true;
+      config.has_added_tokens_decoder = true;
       for (const auto& [key, value] : j["added_tokens_decoder"].items()) {
         auto t = parse_token(value, file, "added_tokens_decoder." + key);
         if (!t) continue;

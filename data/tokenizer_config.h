@@ -20,6 +20,7 @@ struct TokenizerConfig {
   std::optional<bool> add_bos_token, add_eos_token, legacy, add_prefix_space;
   // added_tokens_decoder entries (id from the key).
   std::vector<AddedToken> added_tokens;
+  bool has_added_tokens_decoder = false;
 };
 
 // Reads <dir>/tokenizer_config.json (optional) and, as transformers does when

@@ -23,8 +23,7 @@ void PipelineTokenizer::encode_text(std::string_view text, bool at_start, std::v
   } else if (!normalized.empty()) {
     segments.push_back({0, normalized.size(), -1});
   }
-  const auto local = segments;  // the pre-tokenizer below may reuse the thread-local buffer
-  for (const auto& seg : local) {
+  for (const auto& seg : segments) {
     if (seg.token_id >= 0) {
       ids.push_back(seg.token_id);
       continue;
@@ -40,7 +39,8 @@ std::vector<int32_t> PipelineTokenizer::encode(std::string_view text, bool add_s
   if (!unicode::is_valid_utf8(text)) throw std::invalid_argument("tokenizer input is not valid UTF-8");
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 4);
-  std::vector<TextSegment> segments;
+  thread_local std::vector<TextSegment> segments;
+  segments.clear();
   parts_.added.split(text, /*normalized_set=*/false, segments);
   for (const auto& seg : segments) {
     if (seg.token_id >= 0) {
@@ -57,8 +57,8 @@ std::string PipelineTokenizer::decode(const std::vector<int32_t>& ids) const {
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
   for (int32_t id : ids) {
-    if (const AddedToken* t = parts_.added.find(id)) {
-      tokens.push_back(t->content);
+    if (const std::string* form = parts_.added.decoded_form(id)) {
+      tokens.push_back(*form);
     } else if (const std::string* s = parts_.model->id_to_token(id)) {
       tokens.push_back(*s);
     }  // unknown ids are skipped, as tokenizers does

@@ -242,6 +242,10 @@ def make_byte_fallback(out):
     tok.post_processor = processors.TemplateProcessing(
         single="<s> $A", pair="<s> $A <s> $B:1", special_tokens=[("<s>", tok.token_to_id("<s>"))])
 
+    # A plain added token that is matched in normalized text ("▁my▁token").
+    from tokenizers import AddedToken
+    tok.add_tokens([AddedToken("my token", normalized=True, special=False)])
+
     def bytes_in_vocab_only(data):
         # Llama 2 keeps <0xNN> in the model vocabulary, not as added tokens.
         data["added_tokens"] = [t for t in data["added_tokens"] if t["content"] not in byte_tokens]
@@ -251,7 +255,7 @@ def make_byte_fallback(out):
         data["normalizer"] = None
         data["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": False}
 
-    lines = test_corpus(["<s>", "</s>", "<unk>"])
+    lines = test_corpus(["<s>", "</s>", "<unk>", "my token", "say my token now"])
     added = {str(tok.token_to_id(t)): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
                                        "single_word": False, "special": True} for t in ["<unk>", "<s>", "</s>"]}
     names = []
