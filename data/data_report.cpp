@@ -7,68 +7,14 @@
 
 #include "data/batch_planner.h"
 #include "data/epoch_order.h"
+#include "data/epoch_plan.h"
 #include "data/example_source.h"
 #include "data/worker_pool.h"
 
 namespace fptrain::data {
 namespace {
 
-struct Item {
-  bool trained = false;
-  int64_t length = 0;
-  int64_t supervised = 0;
-};
-
-// Micro-batches of one epoch as the pipeline forms them: (token count incl.
-// padding, padding, supervised) per micro-batch, in stream order.
-struct Mb {
-  int64_t tokens, padding, supervised;
-};
-
-std::vector<Mb> plan_fixed(const std::vector<Item>& items, int64_t n, bool pad) {
-  std::vector<Mb> out;
-  int64_t count = 0, sum = 0, longest = 0, sup = 0;
-  auto flush = [&] {
-    if (count == 0) return;
-    const int64_t tokens = pad ? longest * count : sum;
-    out.push_back({tokens, tokens - sum, sup});
-    count = sum = longest = sup = 0;
-  };
-  for (const Item& it : items) {
-    if (!it.trained) continue;
-    ++count;
-    sum += it.length;
-    sup += it.supervised;
-    longest = std::max(longest, it.length);
-    if (count == n) flush();
-  }
-  flush();
-  return out;
-}
-
-std::vector<Mb> plan_pack(const std::vector<Item>& items, const DataOptions& o) {
-  std::vector<Mb> out;
-  for (size_t start = 0; start < items.size(); start += static_cast<size_t>(o.shuffle_window)) {
-    const size_t end = std::min(items.size(), start + static_cast<size_t>(o.shuffle_window));
-    std::vector<int64_t> lengths, sup;
-    for (size_t i = start; i < end; ++i)
-      if (items[i].trained) {
-        lengths.push_back(items[i].length);
-        sup.push_back(items[i].supervised);
-      }
-    for (const auto& bin : plan_pack_window(lengths, o.max_tokens, o.seed, 0, static_cast<int64_t>(start))) {
-      Mb mb{0, 0, 0};
-      for (size_t i : bin) {
-        mb.tokens += lengths[i];
-        mb.supervised += sup[i];
-      }
-      out.push_back(mb);
-    }
-  }
-  return out;
-}
-
-BatchingReport summarize(BatchMode mode, const std::vector<Mb>& mbs, const DataOptions& o) {
+BatchingReport summarize(BatchMode mode, const std::vector<MicroBatchSummary>& mbs, const DataOptions& o) {
   BatchingReport r;
   r.mode = mode;
   r.micro_batches = static_cast<int64_t>(mbs.size());
@@ -137,7 +83,7 @@ DataReport make_data_report(const DataOptions& options, std::shared_ptr<const To
   std::vector<double> weights;
   for (const auto& f : o.files) weights.push_back(f.weight);
   const auto order = make_epoch_order(source.lines_per_file(), weights, o.shuffle, o.seed, 0);
-  std::vector<Item> items(order.size());
+  std::vector<ExampleSummary> items(order.size());
   WorkerPool pool(o.workers);
   const auto t0 = std::chrono::steady_clock::now();
   const size_t block = 4096;
@@ -166,7 +112,7 @@ DataReport make_data_report(const DataOptions& options, std::shared_ptr<const To
   rep.zero_supervised_over_limit = s.seen > 0 && static_cast<double>(s.skipped[static_cast<int>(SkipReason::kZeroSupervised)]) >
                                                      o.max_zero_supervised_fraction * static_cast<double>(s.seen);
   std::vector<int64_t> lengths;
-  for (const Item& it : items)
+  for (const ExampleSummary& it : items)
     if (it.trained) lengths.push_back(it.length);
   std::sort(lengths.begin(), lengths.end());
   if (!lengths.empty()) {
@@ -189,10 +135,10 @@ DataReport make_data_report(const DataOptions& options, std::shared_ptr<const To
   }
   rep.supervised_fraction = s.tokens > 0 ? static_cast<double>(s.supervised_tokens) / s.tokens : 0;
 
-  rep.batching.push_back(summarize(BatchMode::kFlatten, plan_fixed(items, o.examples_per_micro_batch, false), o));
-  rep.batching.push_back(summarize(BatchMode::kPad, plan_fixed(items, o.examples_per_micro_batch, true), o));
+  rep.batching.push_back(summarize(BatchMode::kFlatten, plan_epoch(items, BatchMode::kFlatten, o, 0), o));
+  rep.batching.push_back(summarize(BatchMode::kPad, plan_epoch(items, BatchMode::kPad, o, 0), o));
   if (o.max_tokens >= o.max_length) {
-    rep.batching.push_back(summarize(BatchMode::kPack, plan_pack(items, o), o));
+    rep.batching.push_back(summarize(BatchMode::kPack, plan_epoch(items, BatchMode::kPack, o, 0), o));
   } else {
     BatchingReport r;
     r.mode = BatchMode::kPack;

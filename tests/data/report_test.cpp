@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "data/data_report.h"
+#include "data/epoch_plan.h"
 #include "tests/data/test_util.h"
 
 namespace fptrain::data {
@@ -71,6 +72,35 @@ TEST(DataReport, MatchesThePipelineInEveryMode) {
   for (const char* s : {"flatten", "pad", "pack", "skipped malformed_json: 1", "t.jsonl:173", "p50", "with bad_lines: error"})
     EXPECT_NE(out.str().find(s), std::string::npos) << s << "\n" << out.str();
   EXPECT_EQ(data_report_json(rep)["stats"]["seen"], rep.stats.seen);
+}
+
+TEST(CountSteps, EqualsTheStepsThePipelineYields) {
+  TempDir dir;
+  std::mt19937 rng(23);
+  std::vector<std::string> a, b;
+  for (int i = 0; i < 170; ++i) a.push_back(nlohmann::json{{"text", std::string(1 + rng() % 400, 'x')}}.dump());
+  for (int i = 0; i < 61; ++i)
+    b.push_back(nlohmann::json{{"prompt", std::string(1 + rng() % 300, 'p')}, {"completion", "c"}}.dump());
+  b.push_back("{broken");
+  auto o = testing::options_for({dir.write_lines("a.jsonl", a), dir.write_lines("b.jsonl", b)});
+  o.files[1].weight = 0.7;
+  o.bad_lines = BadLinePolicy::kSkip;
+  o.shuffle = true;
+  o.epochs = 3;
+  o.max_length = 256;
+  o.examples_per_micro_batch = 5;
+  o.max_tokens = 512;
+  o.shuffle_window = 37;
+  o.world_size = 2;
+  o.micro_batches_per_step = 3;
+  for (BatchMode mode : {BatchMode::kFlatten, BatchMode::kPad, BatchMode::kPack}) {
+    o.batching = mode;
+    DataPipeline p(o, testing::byte_tokenizer());
+    const auto steps = testing::drain(p);
+    EXPECT_EQ(count_steps(o, testing::byte_tokenizer()), static_cast<int64_t>(steps.size())) << to_string(mode);
+  }
+  o.bad_lines = BadLinePolicy::kError;
+  EXPECT_THROW(count_steps(o, testing::byte_tokenizer()), std::runtime_error);
 }
 
 TEST(GeneratedData, EveryFormatReadsWithoutLoss) {

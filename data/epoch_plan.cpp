@@ -1,0 +1,124 @@
+#include "data/epoch_plan.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "data/batch_planner.h"
+#include "data/data_stats.h"
+#include "data/epoch_order.h"
+#include "data/example_source.h"
+#include "data/worker_pool.h"
+
+namespace fptrain::data {
+namespace {
+
+std::vector<MicroBatchSummary> plan_fixed(const std::vector<ExampleSummary>& items, int64_t n, bool pad) {
+  std::vector<MicroBatchSummary> out;
+  int64_t count = 0, sum = 0, longest = 0, sup = 0;
+  auto flush = [&] {
+    if (count == 0) return;
+    const int64_t tokens = pad ? longest * count : sum;
+    out.push_back({tokens, tokens - sum, sup});
+    count = sum = longest = sup = 0;
+  };
+  for (const ExampleSummary& it : items) {
+    if (!it.trained) continue;
+    ++count;
+    sum += it.length;
+    sup += it.supervised;
+    longest = std::max(longest, it.length);
+    if (count == n) flush();
+  }
+  flush();
+  return out;
+}
+
+std::vector<MicroBatchSummary> plan_pack(const std::vector<ExampleSummary>& items, const DataOptions& o,
+                                         int64_t epoch) {
+  std::vector<MicroBatchSummary> out;
+  const auto window = static_cast<size_t>(o.shuffle_window);
+  for (size_t start = 0; start < items.size(); start += window) {
+    const size_t end = std::min(items.size(), start + window);
+    std::vector<int64_t> lengths, sup;
+    for (size_t i = start; i < end; ++i)
+      if (items[i].trained) {
+        lengths.push_back(items[i].length);
+        sup.push_back(items[i].supervised);
+      }
+    for (const auto& bin : plan_pack_window(lengths, o.max_tokens, o.seed, epoch, static_cast<int64_t>(start))) {
+      MicroBatchSummary mb;
+      for (size_t i : bin) {
+        mb.tokens += lengths[i];
+        mb.supervised += sup[i];
+      }
+      out.push_back(mb);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<MicroBatchSummary> plan_epoch(const std::vector<ExampleSummary>& items, BatchMode mode,
+                                          const DataOptions& o, int64_t epoch) {
+  if (mode == BatchMode::kPack) return plan_pack(items, o, epoch);
+  return plan_fixed(items, o.examples_per_micro_batch, mode == BatchMode::kPad);
+}
+
+int64_t count_steps(const DataOptions& options, std::shared_ptr<const Tokenizer> tokenizer) {
+  validate_options(options);
+  ExampleSource source(options, tokenizer.get());
+  // Every line once, in file order.
+  std::vector<std::vector<ExampleSummary>> per_file(source.num_files());
+  WorkerPool pool(options.workers);
+  DataStats stats;
+  for (size_t f = 0; f < source.num_files(); ++f) {
+    if (options.files[f].weight == 0) continue;
+    const size_t n = source.file(f).num_lines();
+    per_file[f].resize(n);
+    const size_t block = 4096;
+    std::vector<ProcessedExample> done(block);
+    for (size_t start = 0; start < n; start += block) {
+      const size_t m = std::min(block, n - start);
+      std::vector<std::exception_ptr> errors(m);
+      pool.parallel_for(m, [&](size_t i) {
+        try {
+          done[i] = source.process(ExampleRef::make(static_cast<uint32_t>(f), start + i));
+        } catch (...) {
+          errors[i] = std::current_exception();
+        }
+      });
+      for (size_t i = 0; i < m; ++i) {
+        if (errors[i]) std::rethrow_exception(errors[i]);
+        const ProcessedExample& ex = done[i];
+        if (ex.status == ExampleStatus::kSkipped && is_bad_line(ex.reason) &&
+            options.bad_lines == BadLinePolicy::kError)
+          throw std::runtime_error(source.where(ex.file, ex.line) + ": " + ex.problem +
+                                   " (set data.bad_lines: skip to skip such lines)");
+        account_example(stats, ex, source);
+        per_file[f][start + i] = {ex.trained(), ex.length(), ex.supervised};
+      }
+    }
+  }
+  const int64_t zero = stats.skipped[static_cast<int>(SkipReason::kZeroSupervised)];
+  if (static_cast<double>(zero) > options.max_zero_supervised_fraction * static_cast<double>(stats.seen))
+    throw std::runtime_error("data: " + std::to_string(zero) + " of " + std::to_string(stats.seen) +
+                             " examples have no supervised token, more than max_zero_supervised_fraction = " +
+                             std::to_string(options.max_zero_supervised_fraction));
+
+  std::vector<double> weights;
+  for (const auto& f : options.files) weights.push_back(f.weight);
+  const int64_t per_step = options.world_size * options.micro_batches_per_step;
+  int64_t steps = 0;
+  for (int64_t epoch = 0; epoch < options.epochs; ++epoch) {
+    const auto order = make_epoch_order(source.lines_per_file(), weights, options.shuffle, options.seed, epoch);
+    std::vector<ExampleSummary> items;
+    items.reserve(order.size());
+    for (ExampleRef r : order) items.push_back(per_file[r.file()][r.line()]);
+    const auto mbs = static_cast<int64_t>(plan_epoch(items, options.batching, options, epoch).size());
+    steps += (mbs + per_step - 1) / per_step;
+  }
+  return steps;
+}
+
+}  // namespace fptrain::data
