@@ -147,8 +147,13 @@ OpenCheckpoint open_checkpoint(const fs::path& dir) {
     return ck;
   }
   const fs::path single = dir / kSingleFile;
-  if (!fs::exists(single))
-    throw std::runtime_error(dir.string() + ": no " + kSingleFile + " or " + kIndexFile + " in the checkpoint folder");
+  if (!fs::exists(single)) {
+    std::string msg = dir.string() + ": no " + kSingleFile + " or " + kIndexFile + " in the checkpoint folder";
+    if (fs::exists(dir / "pytorch_model.bin") || fs::exists(dir / "pytorch_model.bin.index.json"))
+      msg += " (it holds pickled pytorch_model.bin weights, which fptrain does not read: convert them to "
+             "safetensors, e.g. load and save_pretrained them with transformers)";
+    throw std::runtime_error(msg);
+  }
   add_file(single);
   return ck;
 }

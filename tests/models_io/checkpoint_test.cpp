@@ -182,6 +182,12 @@ TEST_F(BadCheckpoint, NoWeightsAtAll) {
                {dir.path().string(), "no model.safetensors or model.safetensors.index.json"});
 }
 
+TEST_F(BadCheckpoint, PickledWeightsAreNamedAsUnsupported) {
+  write_bytes(dir / "pytorch_model.bin", "not read");
+  expect_error([&] { load_pretrained_weights(dir.path(), config, at::kFloat); },
+               {"no model.safetensors", "pytorch_model.bin", "convert them to safetensors"});
+}
+
 TEST_F(BadCheckpoint, CorruptFileIsNamed) {
   std::string bytes = read_bytes(fixture("llama/model.safetensors"));
   write_bytes(dir / "model.safetensors", bytes.substr(0, bytes.size() / 2));
