@@ -270,6 +270,13 @@ def make_byte_fallback(out):
         ("bpe_byte_fallback_llama_class", bytes_in_vocab_only,
          {"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
           "add_bos_token": True, "add_eos_token": False, "legacy": False, "added_tokens_decoder": added}, False),
+        # ... with legacy prefixing after special tokens, and with no prefix space at all.
+        ("bpe_byte_fallback_llama_legacy", bytes_in_vocab_only,
+         {"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+          "legacy": True, "added_tokens_decoder": added}, False),
+        ("bpe_byte_fallback_llama_no_prefix", bytes_in_vocab_only,
+         {"tokenizer_class": "LlamaTokenizerFast", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+          "add_prefix_space": False}, False),
     ]:
         d = os.path.join(out, name)
         save_tokenizer_json(tok, d, edit)
