@@ -1,6 +1,8 @@
 // Per-thread caches of word -> ids for the model stage. Each thread owns its
 // caches, so lookups take no lock. Two generations approximate LRU cheaply:
 // when the young map fills up it becomes the old one, and old hits move back.
+// A thread keeps a model's cache (at most 2 x kCapacity words) until the
+// thread ends, even after the model is destroyed.
 #pragma once
 
 #include <atomic>
