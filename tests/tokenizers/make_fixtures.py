@@ -216,7 +216,14 @@ def make_byte_level(out):
                                   show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     granite.train_from_iterator(training_corpus(), trainer)
     d = os.path.join(out, "bpe_granite")
-    save_tokenizer_json(granite, d)
+
+    def granite_digits(data):
+        # Granite 3's tokenizer.json also splits digits; transformers' GPT2Tokenizer rebuilds the
+        # pre-tokenizer as ByteLevel alone (so multi-digit tokens trained here do occur).
+        data["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+            {"type": "Digits", "individual_digits": True}, data["pre_tokenizer"]]}
+
+    save_tokenizer_json(granite, d, granite_digits)
     write_config(d, {"tokenizer_class": "GPT2Tokenizer", "bos_token": "<|end_of_text|>",
                      "eos_token": "<|end_of_text|>", "pad_token": "<|end_of_text|>", "unk_token": "<|end_of_text|>",
                      "add_prefix_space": False})
