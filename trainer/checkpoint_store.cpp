@@ -2,6 +2,7 @@
 
 #include "models/checkpoint.h"
 #include "models/safetensors.h"
+#include "trainer/remove_tree.h"
 
 #include <ATen/Context.h>
 #include <ATen/core/Generator.h>
@@ -79,7 +80,7 @@ fs::path save_checkpoint(const fs::path& output_dir, const models::ModelConfig& 
   const std::string name = checkpoint_name(state.step);
   const fs::path partial = root / (std::string(kPartial) + name);
   const fs::path final_dir = root / name;
-  fs::remove_all(partial);
+  remove_tree(partial);
 
   // The Hugging Face part (save_pretrained builds `partial` itself, atomically).
   models::save_pretrained(partial, config, params, model_dtype);
@@ -99,7 +100,7 @@ fs::path save_checkpoint(const fs::path& output_dir, const models::ModelConfig& 
                          {"counters", state.counters}};
   write_text(partial / kStateFile, meta.dump(2));  // written last: its presence marks completeness
 
-  if (fs::exists(final_dir)) fs::remove_all(final_dir);
+  if (fs::exists(final_dir)) remove_tree(final_dir);
   fs::rename(partial, final_dir);
   return final_dir;
 }
@@ -138,9 +139,9 @@ void prune_checkpoints(const fs::path& output_dir, int64_t keep_last) {
   const fs::path root = checkpoints_dir(output_dir);
   if (!fs::is_directory(root)) return;
   for (const auto& e : fs::directory_iterator(root))
-    if (e.path().filename().string().rfind(kPartial, 0) == 0) fs::remove_all(e.path());
+    if (e.path().filename().string().rfind(kPartial, 0) == 0) remove_tree(e.path());
   auto all = list_checkpoints(output_dir);
-  for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i) fs::remove_all(all[i]);
+  for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i) remove_tree(all[i]);
 }
 
 std::vector<std::pair<std::string, at::Tensor>> capture_rng_states() {

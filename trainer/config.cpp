@@ -267,6 +267,8 @@ const std::vector<KeyDef>& key_defs() {
         [](auto& n, auto& c, auto& w) { c.training.epochs = at_least(as_int(n, w), w, 0); });
     add("training.seed", "seed for shuffling and initialisation",
         [](auto& n, auto& c, auto& w) { c.training.seed = static_cast<uint64_t>(at_least(as_int(n, w), w, 0)); });
+    add("training.stop_at_step", "stop after this step with a checkpoint, as SIGTERM would (0: never); run again to resume",
+        [](auto& n, auto& c, auto& w) { c.training.stop_at_step = at_least(as_int(n, w), w, 0); });
     // logging
     add("logging.log_interval", "steps between metric lines",
         [](auto& n, auto& c, auto& w) { c.logging.log_interval = at_least(as_int(n, w), w, 1); });
@@ -294,6 +296,8 @@ const std::vector<KeyDef>& key_defs() {
       if (!ok) fail(w, "'" + s + "' is not one of auto | cpu | cuda | cuda:N");
       c.device = s;
     });
+    add("cpu_threads", "LibTorch intra-op threads for CPU compute (0: one per core)",
+        [](auto& n, auto& c, auto& w) { c.cpu_threads = in_range(as_int(n, w), w, 0, 4096); });
     return d;
   }();
   return defs;
@@ -529,6 +533,7 @@ std::string to_yaml(const TrainConfig& c) {
   e << YAML::Key << "max_steps" << YAML::Value << c.training.max_steps;
   e << YAML::Key << "epochs" << YAML::Value << c.training.epochs;
   e << YAML::Key << "seed" << YAML::Value << c.training.seed;
+  if (c.training.stop_at_step > 0) e << YAML::Key << "stop_at_step" << YAML::Value << c.training.stop_at_step;
   e << YAML::EndMap;
   e << YAML::Key << "logging" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "log_interval" << YAML::Value << c.logging.log_interval;
@@ -543,6 +548,7 @@ std::string to_yaml(const TrainConfig& c) {
   e << YAML::Key << "output_dir" << YAML::Value << c.output_dir;
   e << YAML::Key << "resume" << YAML::Value << c.resume;
   e << YAML::Key << "device" << YAML::Value << c.device;
+  if (c.cpu_threads > 0) e << YAML::Key << "cpu_threads" << YAML::Value << c.cpu_threads;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }

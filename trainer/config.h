@@ -69,6 +69,9 @@ struct TrainingSection {
   int64_t max_steps = 0;  // optimizer steps; 0 = derive from epochs
   int64_t epochs = 0;
   uint64_t seed = 0;
+  // Stop after this step with a checkpoint, as a SIGTERM would (0: never); the
+  // same configuration without it resumes. For time-limited jobs.
+  int64_t stop_at_step = 0;
 };
 
 struct LoggingSection {
@@ -96,6 +99,7 @@ struct TrainConfig {
   std::string output_dir = "runs/fptrain";
   std::string resume = "auto";  // auto | none | <checkpoint dir>
   std::string device = "auto";  // auto | cpu | cuda | cuda:N
+  int64_t cpu_threads = 0;      // LibTorch intra-op threads; 0 = LibTorch's default (one per core)
 };
 
 // One documented key of the schema (used for suggestions, --help and the docs test).

@@ -25,7 +25,8 @@ std::optional<double> bf16_peak(const std::string& name) {
 
 }  // namespace
 
-DeviceInfo resolve_device(const std::string& requested) {
+DeviceInfo resolve_device(const std::string& requested, int64_t cpu_threads) {
+  if (cpu_threads > 0) at::set_num_threads(static_cast<int>(cpu_threads));
   DeviceInfo info;
   const bool have_cuda = at::hasCUDA() && at::cuda::device_count() > 0;
   std::string req = requested;

@@ -16,7 +16,8 @@ struct DeviceInfo {
 };
 
 // "auto" picks cuda when LibTorch sees a GPU, else cpu. "cuda" without a GPU is an error.
-DeviceInfo resolve_device(const std::string& requested);
+// cpu_threads > 0 sets LibTorch's intra-op thread count first.
+DeviceInfo resolve_device(const std::string& requested, int64_t cpu_threads = 0);
 
 struct MemoryStats {
   int64_t peak_allocated_bytes = 0;  // CUDA caching allocator (0 on CPU)

@@ -3,6 +3,7 @@
 #include "models/checkpoint.h"
 #include "models/init.h"
 #include "models/model_config.h"
+#include "trainer/remove_tree.h"
 #include "trainer/tokenizer_builder.h"
 
 #include <nlohmann/json.hpp>
@@ -17,6 +18,9 @@ namespace {
 struct Preset {
   std::string name;
   int64_t hidden, intermediate, layers, heads, kv_heads, vocab;
+  // Llama-3.2-1B's shape: its vocabulary size for the embeddings (the trained
+  // tokenizer uses the first ids), tied embeddings, llama3 RoPE, bf16 weights.
+  bool llama32 = false;
 };
 
 const std::vector<Preset>& presets() {
@@ -24,6 +28,7 @@ const std::vector<Preset>& presets() {
       {"test", 64, 176, 2, 4, 2, 512},
       {"tiny", 128, 352, 4, 4, 2, 2048},
       {"small", 512, 1408, 8, 8, 4, 8192},
+      {"llama-1b", 2048, 8192, 16, 32, 8, 128256, true},
   };
   return p;
 }
@@ -134,9 +139,9 @@ TinyModelSummary write_tiny_model(const std::filesystem::path& out_dir, const Ti
   if (std::filesystem::exists(out_dir) && !std::filesystem::is_empty(out_dir))
     throw std::invalid_argument(out_dir.string() + ": exists and is not empty; choose a new folder");
 
-  const int64_t vocab = options.vocab_size > 0 ? options.vocab_size : preset->vocab;
+  const int64_t vocab = options.vocab_size > 0 ? options.vocab_size : preset->llama32 ? 8192 : preset->vocab;
   const auto tmp = out_dir.parent_path() / (out_dir.filename().string() + ".partial");
-  std::filesystem::remove_all(tmp);
+  remove_tree(tmp);
   std::filesystem::create_directories(tmp);
 
   // Tokenizer first: its real vocabulary size (hard_vocab_limit is off) sizes the model.
@@ -172,21 +177,33 @@ TinyModelSummary write_tiny_model(const std::filesystem::path& out_dir, const Ti
       {"pad_token_id", kPadId},
       {"torch_dtype", "float32"},
   };
+  at::ScalarType dtype = at::kFloat;
+  if (preset->llama32) {
+    cfg["vocab_size"] = preset->vocab;
+    cfg["max_position_embeddings"] = 131072;
+    cfg["tie_word_embeddings"] = true;
+    cfg["rope_theta"] = 500000.0;
+    cfg["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0},
+                           {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+    cfg["torch_dtype"] = "bfloat16";
+    dtype = at::kBFloat16;
+  }
   const models::ModelConfig config = models::parse_model_config(cfg, "fptrain init (" + preset->name + ")");
-  models::TensorMap params = models::init_parameters(config, options.seed, at::kFloat);
+  models::TensorMap params = models::init_parameters(config, options.seed, dtype);
   // save_pretrained assembles its folder under a temporary name and renames it
   // into place; the tokenizer files then move in beside the weights.
-  models::save_pretrained(out_dir, config, params, at::kFloat);
+  models::save_pretrained(out_dir, config, params, dtype);
   for (const auto& entry : std::filesystem::directory_iterator(tmp))
     std::filesystem::rename(entry.path(), out_dir / entry.path().filename());
-  std::filesystem::remove_all(tmp);
+  remove_tree(tmp);
 
   TinyModelSummary s;
   s.num_parameters = config.num_parameters();
-  s.vocab_size = real_vocab;
+  s.vocab_size = config.vocab_size;
   s.description = std::to_string(preset->layers) + " layers, hidden " + std::to_string(preset->hidden) + ", " +
                   std::to_string(preset->heads) + " heads (" + std::to_string(preset->kv_heads) +
-                  " key/value), vocabulary " + std::to_string(real_vocab);
+                  " key/value), vocabulary " + std::to_string(config.vocab_size) +
+                  (config.vocab_size != real_vocab ? " (tokenizer " + std::to_string(real_vocab) + ")" : "");
   return s;
 }
 

@@ -1,0 +1,32 @@
+// The CONFIG.yaml argument and --set overrides shared by train, eval and data.
+#pragma once
+
+#include "trainer/config.h"
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+#include <vector>
+
+namespace fptrain::app {
+
+struct ConfigArgs {
+  std::string file;
+  std::vector<std::string> overrides;
+};
+
+inline void add_config_args(CLI::App& cmd, ConfigArgs& args) {
+  cmd.add_option("config", args.file, "YAML configuration (see docs/configuration.md)")->required();
+  cmd.add_option("--set", args.overrides,
+                 "Override a key, e.g. --set optimizer.lr=1e-4 (repeatable; values are YAML)");
+}
+
+// Loads the file, applies the overrides in order, validates.
+inline trainer::TrainConfig load_config_args(const ConfigArgs& args) {
+  trainer::TrainConfig config = trainer::load_config(args.file);
+  for (const auto& o : args.overrides) trainer::apply_override(config, o);
+  trainer::validate(config);
+  return config;
+}
+
+}  // namespace fptrain::app

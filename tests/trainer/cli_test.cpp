@@ -1,0 +1,140 @@
+// The command line: --version/--help, bad configurations exit 2 with the key
+// and a suggestion, SIGTERM finishes the step, saves and exits 0, `fptrain init`
+// writes a model and tokenizer that transformers and our tokenizer agree on,
+// `fptrain eval` and `fptrain data` run on a configuration.
+#include "data/tokenizer.h"
+#include "tests/trainer/trainer_test_util.h"
+#include "trainer/checkpoint_store.h"
+
+#include <algorithm>
+#include <csignal>
+#include <fcntl.h>
+#include <spawn.h>
+#include <thread>
+
+extern char** environ;
+
+namespace fptrain::trainer {
+namespace {
+
+using namespace testing;
+
+TEST(Cli, VersionAndHelp) {
+  const CommandResult v = run_fptrain({"--version"});
+  EXPECT_EQ(v.exit_code, 0);
+  EXPECT_NE(v.output.find("fptrain "), std::string::npos) << v.output;
+  const CommandResult h = run_fptrain({"--help"});
+  EXPECT_EQ(h.exit_code, 0);
+  for (const char* cmd : {"train", "eval", "data", "init"}) EXPECT_NE(h.output.find(cmd), std::string::npos);
+  const CommandResult th = run_fptrain({"train", "--help"});
+  EXPECT_NE(th.output.find("--set"), std::string::npos) << th.output;
+  EXPECT_NE(run_fptrain({}).exit_code, 0);
+}
+
+TEST(Cli, UnknownKeyExitsWithSuggestion) {
+  TempDir dir;
+  const std::string text = base_config(dir / "run", "chat.jsonl", "training:\n  max_steps: 2\noptimizer:\n  weight_decy: 1\n");
+  const std::string cfg = dir.write("bad.yaml", text);
+  const auto line = std::count(text.begin(), text.end(), '\n');  // the last line holds the typo
+  const CommandResult r = run_fptrain({"train", cfg});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("bad.yaml:" + std::to_string(line) + ": unknown key 'optimizer.weight_decy'; did you mean 'optimizer.weight_decay'?"),
+            std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "run" / "metrics.jsonl"));  // nothing started
+}
+
+TEST(Cli, BadValueAndBadOverrideExitWithTheKey) {
+  TempDir dir;
+  const std::string cfg = dir.write("c.yaml", base_config(dir / "run", "chat.jsonl", "training:\n  max_steps: 2\n"));
+  CommandResult r = run_fptrain({"train", cfg, "--set", "batching.mode=padded"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("batching.mode: 'padded' is not one of flatten | pad | pack"), std::string::npos) << r.output;
+  r = run_fptrain({"train", cfg, "--set", "optimizer.wd=0.1"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("did you mean"), std::string::npos) << r.output;
+  r = run_fptrain({"train", cfg, "--set", "model.path=" + (dir / "no_model").string()});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("no_model: no config.json"), std::string::npos) << r.output;
+  r = run_fptrain({"train", (dir / "missing.yaml").string()});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("cannot open"), std::string::npos) << r.output;
+}
+
+TEST(Cli, SigtermFinishesTheStepSavesAndExitsZero) {
+  TempDir dir;
+  const fs::path run = dir / "run";
+  const std::string cfg = dir.write("c.yaml", base_config(run, "chat.jsonl",
+      "batching:\n  examples_per_micro_batch: 2\ntraining:\n  max_steps: 1000000\nlogging:\n  log_interval: 1\n"));
+  const std::string log = (dir / "out.log").string();
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  std::vector<std::string> args = {FPTRAIN_BINARY, "train", cfg};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, FPTRAIN_BINARY, &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+
+  // Wait until it trains (a few steps logged), then ask it to stop.
+  for (int i = 0; i < 1200 && train_records(run).size() < 3; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_GE(train_records(run).size(), 3u) << read_file(log);
+  ASSERT_EQ(::kill(pid, SIGTERM), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  const std::string out = read_file(log);
+  ASSERT_TRUE(WIFEXITED(status)) << out;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << out;
+  EXPECT_NE(out.find("stopped by SIGTERM"), std::string::npos) << out;
+
+  const auto records = train_records(run);
+  const auto latest = latest_checkpoint(run);
+  ASSERT_TRUE(latest.has_value()) << out;
+  const TrainingState state = load_training_state(*latest);
+  EXPECT_EQ(state.step, records.back()["step"].get<int64_t>());
+  EXPECT_EQ(latest->filename(), checkpoint_name(state.step));
+}
+
+TEST(Cli, InitWritesAModelAndTokenizerTransformersLoads) {
+  TempDir dir;
+  const fs::path model = dir / "tiny";
+  const CommandResult r = run_fptrain({"init", model.string(), "--preset", "test", "--seed", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json hf = run_python("check_init.py", {"--model", model.string()});
+  ASSERT_FALSE(hf.is_null());
+  EXPECT_EQ(hf["spm_mismatches"].get<int>(), 0);
+  EXPECT_NE(hf["chat"].get<std::string>().find("[INST] Hi [/INST] Hello</s>"), std::string::npos) << hf["chat"];
+  // Our tokenizer (what training uses) gives transformers' ids.
+  const auto tok = data::load_tokenizer(model);
+  EXPECT_LE(tok->vocab_size(), hf["vocab_size"].get<int64_t>());
+  for (size_t i = 0; i < hf["texts"].size(); ++i) {
+    const std::string text = hf["texts"][i].get<std::string>();
+    const auto ids = tok->encode(text, /*add_special_tokens=*/true);
+    EXPECT_EQ(std::vector<int64_t>(ids.begin(), ids.end()), hf["ids"][i].get<std::vector<int64_t>>()) << text;
+  }
+  // A second init into the same folder refuses to overwrite it.
+  const CommandResult again = run_fptrain({"init", model.string()});
+  EXPECT_EQ(again.exit_code, 2);
+  EXPECT_NE(again.output.find("not empty"), std::string::npos) << again.output;
+  EXPECT_EQ(run_fptrain({"init", (dir / "x").string(), "--preset", "huge"}).exit_code, 2);
+}
+
+TEST(Cli, EvalAndDataReportRun) {
+  TempDir dir;
+  const std::string cfg = dir.write("c.yaml", base_config(dir / "run", "chat.jsonl", "training:\n  max_steps: 2\n"));
+  const CommandResult e = run_fptrain({"eval", cfg, "--json"});
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  const auto j = nlohmann::json::parse(e.output.substr(e.output.find('{')));
+  EXPECT_GT(j["loss"].get<double>(), 0.0);
+  EXPECT_NEAR(j["perplexity"].get<double>(), std::exp(j["loss"].get<double>()), 1e-6 * j["perplexity"].get<double>());
+  EXPECT_EQ(j["examples"].get<int64_t>(), 96);
+  const CommandResult d = run_fptrain({"data", cfg});
+  EXPECT_EQ(d.exit_code, 0) << d.output;
+  EXPECT_NE(d.output.find("pad"), std::string::npos) << d.output;
+}
+
+}  // namespace
+}  // namespace fptrain::trainer

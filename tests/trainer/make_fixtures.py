@@ -1,0 +1,87 @@
+"""Fixtures for the trainer tests, made with the real libraries (CPU, fp32).
+
+  <out>/llama/          a tiny LlamaForCausalLM saved by transformers (random init, GQA 4/2)
+                        with a SentencePiece BPE tokenizer (tokenizer.model, LlamaTokenizer)
+  <out>/tokens.jsonl    240 pre-tokenized examples {input_ids, labels}: arithmetic
+                        progressions (learnable), the first part of each masked as a prompt
+  <out>/chat.jsonl      96 `messages` examples (user / assistant) in plain English
+"""
+import argparse
+import json
+import pathlib
+import random
+
+import sentencepiece as spm
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+WORDS = ("apple river blue green city mountain light book tree house garden friend water stone cloud "
+         "bird song road window paper table chair music summer winter").split()
+
+
+def chat_examples(rng, n):
+    out = []
+    for _ in range(n):
+        kind = rng.randrange(3)
+        if kind == 0:
+            a, b = rng.randrange(100), rng.randrange(100)
+            m = [{"role": "user", "content": f"What is {a} plus {b}?"},
+                 {"role": "assistant", "content": f"{a} plus {b} equals {a + b}."}]
+        elif kind == 1:
+            w = rng.sample(WORDS, rng.randrange(2, 9))
+            m = [{"role": "user", "content": "Repeat these words: " + " ".join(w)},
+                 {"role": "assistant", "content": " ".join(w)}]
+        else:
+            w = rng.sample(WORDS, rng.randrange(2, 6))
+            m = [{"role": "system", "content": "You answer briefly."},
+                 {"role": "user", "content": "Reverse the words: " + " ".join(w)},
+                 {"role": "assistant", "content": " ".join(reversed(w))}]
+        out.append({"messages": m})
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    out = pathlib.Path(ap.parse_args().out)
+    model_dir = out / "llama"
+    model_dir.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(0)
+
+    chat = chat_examples(rng, 96)
+    with open(out / "chat.jsonl", "w") as f:
+        for ex in chat:
+            f.write(json.dumps(ex) + "\n")
+
+    corpus = [m["content"] for ex in chat_examples(random.Random(1), 3000) for m in ex["messages"]]
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus), model_prefix=str(model_dir / "tokenizer"), vocab_size=320,
+        model_type="bpe", byte_fallback=True, unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+        normalization_rule_name="identity", remove_extra_whitespaces=False, add_dummy_prefix=True,
+        split_digits=True, hard_vocab_limit=False, minloglevel=2)
+    (model_dir / "tokenizer.vocab").unlink()
+    sp = spm.SentencePieceProcessor(model_file=str(model_dir / "tokenizer.model"))
+    vocab = sp.get_piece_size()
+    with open(model_dir / "tokenizer_config.json", "w") as f:
+        json.dump({"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>",
+                   "unk_token": "<unk>", "add_bos_token": True, "add_eos_token": False}, f)
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
+                         bos_token_id=1, eos_token_id=2, initializer_range=0.05)
+    LlamaForCausalLM(config).save_pretrained(model_dir)
+
+    with open(out / "tokens.jsonl", "w") as f:
+        for i in range(240):
+            length = rng.randrange(6, 48)
+            start, stride = rng.randrange(vocab), rng.randrange(1, 4)
+            ids = [3 + (start + stride * t) % (vocab - 3) for t in range(length)]
+            prompt = rng.randrange(1, length // 2 + 1)
+            labels = [-100] * prompt + ids[prompt:]
+            f.write(json.dumps({"input_ids": ids, "labels": labels}) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+// Helpers for the trainer tests: temporary run folders, the fixtures, running
+// the fptrain binary and the Python reference scripts, reading metrics.
+#pragma once
+
+#include "trainer/remove_tree.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <sys/wait.h>
+#include <vector>
+
+namespace fptrain::trainer::testing {
+
+namespace fs = std::filesystem;
+
+inline fs::path fixture(const std::string& name) { return fs::path(FPTRAIN_FIXTURE_DIR) / name; }
+inline fs::path source_file(const std::string& name) { return fs::path(FPTRAIN_SOURCE_DIR) / name; }
+
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path_ = fs::temp_directory_path() /
+            ("fptrain_trainer_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    remove_tree(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() { remove_tree(path_); }
+  fs::path write(const std::string& name, const std::string& content) const {
+    const fs::path p = path_ / name;
+    std::ofstream(p, std::ios::binary) << content;
+    return p;
+  }
+  const fs::path& path() const { return path_; }
+  fs::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  fs::path path_;
+};
+
+inline std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+inline CommandResult run_command(const std::string& command) {
+  CommandResult r;
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
+  const int status = ::pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// fptrain with arguments (each quoted).
+inline CommandResult run_fptrain(const std::vector<std::string>& args) {
+  std::string cmd = quote(FPTRAIN_BINARY);
+  for (const auto& a : args) cmd += " " + quote(a);
+  return run_command(cmd);
+}
+
+// A Python script of this test folder; returns the last line of its stdout parsed
+// as JSON (fails the test otherwise). Its stderr (progress bars, warnings) is kept apart.
+inline nlohmann::json run_python(const std::string& script, const std::vector<std::string>& args) {
+  std::string cmd = quote(FPTRAIN_PYTHON) + " " + quote(source_file("tests/trainer/" + script).string());
+  for (const auto& a : args) cmd += " " + quote(a);
+  const std::string base = fs::temp_directory_path() / ("fptrain_py_" + std::to_string(::getpid()));
+  const int status = std::system((cmd + " > " + quote(base + ".out") + " 2> " + quote(base + ".err")).c_str());
+  std::ifstream in(base + ".out"), err_in(base + ".err");
+  std::string line, last, err((std::istreambuf_iterator<char>(err_in)), {});
+  while (std::getline(in, line))
+    if (!line.empty()) last = line;
+  fs::remove(base + ".out");
+  fs::remove(base + ".err");
+  const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0 && !last.empty();
+  if (!ok) ADD_FAILURE() << script << " failed:\n" << err;
+  return ok ? nlohmann::json::parse(last) : nlohmann::json();
+}
+
+// The per-step training records of <run>/metrics.jsonl (eval/checkpoint events excluded).
+inline std::vector<nlohmann::json> train_records(const fs::path& run_dir) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(run_dir / "metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    auto j = nlohmann::json::parse(line);
+    if (!j.contains("event")) out.push_back(j);
+  }
+  return out;
+}
+
+inline std::vector<double> losses(const std::vector<nlohmann::json>& records) {
+  std::vector<double> out;
+  for (const auto& r : records) out.push_back(r.at("loss").get<double>());
+  return out;
+}
+
+inline std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A training configuration on the tiny fixture model, CPU, fp32, logging every step.
+// `extra` is appended (later keys of a YAML mapping may not repeat earlier ones, so
+// tests pass sections the base does not set, or use --set).
+inline std::string base_config(const fs::path& output_dir, const std::string& data_file,
+                               const std::string& extra = "") {
+  return "model:\n  path: " + fixture("llama").string() +
+         "\n  dtype: float32\n  attention: reference\n"
+         "device: cpu\ncpu_threads: 1\n"
+         "output_dir: " + output_dir.string() + "\n"
+         "data:\n  train: " + fixture(data_file).string() + "\n  max_length: 256\n  shuffle: false\n  workers: 1\n  chat_template: llama2\n" +
+         extra;
+}
+
+}  // namespace fptrain::trainer::testing

@@ -1,0 +1,100 @@
+// Training on CUDA: bf16 weights with fp32 masters, torch-fa2 (and our kernels
+// where they run) follow the fp32 CPU run of the same configuration; `auto`
+// picks CUDA and bf16; activation checkpointing keeps the gradients.
+#include "attention/fptrain_backend.h"
+#include "models/causal_lm.h"
+#include "models/checkpoint.h"
+#include "tests/trainer/trainer_test_util.h"
+#include "trainer/model_setup.h"
+
+
+#include <cmath>
+
+namespace fptrain::trainer {
+namespace {
+
+using namespace testing;
+
+const std::string kTrain =
+    "batching:\n  examples_per_micro_batch: 4\n  grad_accumulation: 2\n"
+    "optimizer:\n  lr: 2.0e-3\n  grad_clip: 1.0\n"
+    "schedule:\n  warmup_steps: 3\n"
+    "training:\n  max_steps: 20\n"
+    "logging:\n  log_interval: 1\n";
+
+std::string gpu_config(const fs::path& run, const std::string& attention, const std::string& dtype) {
+  return "model:\n  path: " + fixture("llama").string() + "\n  dtype: " + dtype + "\n  attention: " + attention +
+         "\ndevice: cuda\noutput_dir: " + run.string() + "\ndata:\n  train: " + fixture("tokens.jsonl").string() +
+         "\n  max_length: 256\n  shuffle: false\n" + kTrain;
+}
+
+TEST(TrainGpu, Bf16WithMastersFollowsTheFp32CpuRun) {
+  ASSERT_TRUE(at::hasCUDA());
+  TempDir dir;
+  const std::string cpu_cfg = dir.write("cpu.yaml", base_config(dir / "cpu", "tokens.jsonl", kTrain));
+  ASSERT_EQ(run_fptrain({"train", cpu_cfg}).exit_code, 0);
+  const auto cpu = train_records(dir / "cpu");
+  std::vector<std::string> backends = {"torch-fa2"};
+  if (attention::fptrain_kernels_available()) backends.push_back("fptrain");
+  for (const auto& backend : backends) {
+    const std::string cfg = dir.write(backend + ".yaml", gpu_config(dir / backend, backend, "bfloat16"));
+    const CommandResult r = run_fptrain({"train", cfg});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto gpu = train_records(dir / backend);
+    ASSERT_EQ(gpu.size(), cpu.size());
+    double worst = 0;
+    for (size_t i = 0; i < gpu.size(); ++i) {
+      EXPECT_EQ(gpu[i]["supervised_tokens"], cpu[i]["supervised_tokens"]);
+      const double d = std::fabs(gpu[i]["loss"].get<double>() - cpu[i]["loss"].get<double>()) /
+                       cpu[i]["loss"].get<double>();
+      worst = std::max(worst, d);
+      EXPECT_LE(d, 3e-2) << backend << " step " << i + 1;
+    }
+    EXPECT_LT(gpu.back()["loss"].get<double>(), gpu.front()["loss"].get<double>());
+    EXPECT_TRUE(gpu.back().contains("peak_allocated_bytes"));
+    std::printf("%s bf16 vs CPU fp32: max relative loss difference over %zu steps %.3g\n", backend.c_str(),
+                gpu.size(), worst);
+  }
+}
+
+TEST(TrainGpu, AutoPicksCudaAndBf16) {
+  TempDir dir;
+  const std::string cfg = dir.write("auto.yaml", gpu_config(dir / "auto", "auto", "auto"));
+  const CommandResult r = run_fptrain({"train", cfg, "--set", "device=auto", "--set", "training.max_steps=5"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto summary = nlohmann::json::parse(read_file(dir / "auto" / "summary.json"));
+  EXPECT_EQ(summary["dtype"], "bfloat16");
+  EXPECT_NE(summary["attention"], "reference");
+  EXPECT_NE(summary["device"].get<std::string>().find("NVIDIA"), std::string::npos) << summary.dump();
+}
+
+TEST(TrainGpu, ActivationCheckpointingKeepsTheGradients) {
+  const models::ModelConfig config = models::load_model_config(fixture("llama") / "config.json");
+  auto grads = [&](int64_t every_k) {
+    models::TensorMap params =
+        models::load_pretrained_weights(fixture("llama"), config, at::kBFloat16, at::Device(at::kCUDA, 0));
+    for (auto& [n, t] : params) t.requires_grad_(true);
+    models::CausalLM model(config, params, attention::Backend::TorchFA2);
+    set_activation_checkpointing(model, every_k);
+    models::PackedInput in;
+    const auto opts = at::TensorOptions().device(at::kCUDA);
+    at::manual_seed(0);
+    in.input_ids = at::randint(3, config.vocab_size, {40}, opts.dtype(at::kLong));
+    in.position_ids = at::cat({at::arange(25, opts.dtype(at::kLong)), at::arange(15, opts.dtype(at::kLong))});
+    in.cu_seqlens = at::tensor(std::vector<int32_t>{0, 25, 40}, at::kInt).to(at::kCUDA);
+    in.max_seqlen = 25;
+    model.loss(in, in.input_ids).loss_sum.backward();
+    std::map<std::string, at::Tensor> g;
+    for (const auto& [n, t] : model.parameters()) g[n] = t.grad().to(at::kFloat);
+    return g;
+  };
+  const auto plain = grads(0), ckpt = grads(1);
+  for (const auto& [name, g] : plain) {
+    const double scale = g.abs().max().item<double>() + 1e-12;
+    // FlashAttention's backward accumulates dQ with atomics: equal up to bf16 rounding.
+    EXPECT_LE((g - ckpt.at(name)).abs().max().item<double>(), 2e-2 * scale) << name;
+  }
+}
+
+}  // namespace
+}  // namespace fptrain::trainer

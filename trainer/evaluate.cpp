@@ -1,0 +1,69 @@
+#include "trainer/evaluate.h"
+
+#include "trainer/device_batch.h"
+#include "trainer/device_info.h"
+#include "trainer/log/log.h"
+#include "trainer/model_setup.h"
+
+#include <c10/core/GradMode.h>
+
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+
+namespace fptrain::trainer {
+
+nlohmann::json EvalResult::to_json() const {
+  return {{"loss", loss},         {"perplexity", perplexity}, {"supervised_tokens", supervised_tokens},
+          {"tokens", tokens},     {"examples", examples},     {"micro_batches", micro_batches},
+          {"seconds", seconds}};
+}
+
+EvalResult evaluate(const models::CausalLM& model, data::DataPipeline& data, const at::Device& device,
+                    int64_t max_micro_batches) {
+  const auto start = std::chrono::steady_clock::now();
+  c10::NoGradGuard no_grad;
+  EvalResult r;
+  // Sums stay on the device; one read at the end.
+  at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
+  bool done = false;
+  while (!done) {
+    auto step = data.next_step();
+    if (!step) break;
+    for (const auto& mb : step->micro_batches) {
+      if (mb.num_tokens == 0) continue;
+      const DeviceBatch b = to_device(mb, device);
+      loss_sum += model.loss(b.input, b.labels).loss_sum.to(at::kDouble);
+      r.supervised_tokens += b.num_supervised;
+      r.tokens += b.num_tokens - b.num_padding;
+      r.examples += b.num_examples;
+      ++r.micro_batches;
+      if (max_micro_batches > 0 && r.micro_batches >= max_micro_batches) {
+        done = true;
+        break;
+      }
+    }
+  }
+  if (r.supervised_tokens == 0) throw std::runtime_error("evaluation: the data has no supervised tokens");
+  r.loss = loss_sum.item<double>() / static_cast<double>(r.supervised_tokens);
+  r.perplexity = std::exp(r.loss);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+EvalResult evaluate_config(const TrainConfig& config) {
+  const DeviceInfo dev = resolve_device(config.device, config.cpu_threads);
+  const at::ScalarType dtype = resolve_dtype(config.model.dtype, dev.device);
+  const attention::Backend backend = resolve_backend(config.model.attention, dev.device);
+  LoadedModel m = load_model(config.model.path, dtype, dev.device, backend, /*trainable=*/false);
+  auto tokenizer = load_checked_tokenizer(config.model.path, m.config);
+  TrainConfig c = config;
+  if (c.data.eval.empty()) {
+    log::info("data.eval is not set: evaluating on data.train");
+    c.data.eval = c.data.train;
+  }
+  data::DataPipeline data(make_data_options(c, /*eval=*/true), tokenizer);
+  return evaluate(*m.model, data, dev.device, config.logging.eval_max_batches);
+}
+
+}  // namespace fptrain::trainer

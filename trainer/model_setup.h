@@ -1,0 +1,45 @@
+// Turning a configuration into the objects a run needs: dtype and attention
+// backend for the device, the model loaded from its folder, the tokenizer, and
+// data::DataOptions for the training or evaluation files.
+#pragma once
+
+#include "attention/varlen_attention.h"
+#include "data/data_options.h"
+#include "data/tokenizer.h"
+#include "models/causal_lm.h"
+#include "trainer/config.h"
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <memory>
+
+namespace fptrain::trainer {
+
+// auto: bfloat16 on CUDA, float32 on CPU.
+at::ScalarType resolve_dtype(const std::string& name, const at::Device& device);
+// auto: fptrain on CUDA when our kernels run on this GPU, else torch-fa2; reference on CPU.
+// An explicit CUDA-only backend on the CPU is an error.
+attention::Backend resolve_backend(const std::string& name, const at::Device& device);
+
+struct LoadedModel {
+  models::ModelConfig config;
+  std::unique_ptr<models::CausalLM> model;
+  at::ScalarType dtype = at::kFloat;
+};
+
+// Reads config.json and the weights of `dir`; parameters require grad when `trainable`.
+LoadedModel load_model(const std::filesystem::path& dir, at::ScalarType dtype, const at::Device& device,
+                       attention::Backend backend, bool trainable);
+
+// The tokenizer of the model folder, checked against the model's vocabulary.
+std::shared_ptr<const data::Tokenizer> load_checked_tokenizer(const std::filesystem::path& dir,
+                                                              const models::ModelConfig& config);
+
+// Options for the training stream (`train`) or a single ordered pass over data.eval.
+data::DataOptions make_data_options(const TrainConfig& config, bool eval);
+
+// Activation checkpointing on every k-th decoder layer (k = 0: off).
+void set_activation_checkpointing(models::CausalLM& model, int64_t every_k);
+
+}  // namespace fptrain::trainer
