@@ -67,10 +67,9 @@ std::unique_ptr<Tokenizer> load_sentencepiece_tokenizer(const std::filesystem::p
                              "Llama 2 and Mistral); provide a tokenizer.json instead");
   }
   auto model = std::make_unique<SentencePieceModel>(model_file);
-  if (model->is_unigram()) {
-    throw std::runtime_error(file + ": unigram SentencePiece models are not supported (transformers turns them into "
-                             "a BPE for LlamaTokenizer, which libsentencepiece does not reproduce); provide a "
-                             "tokenizer.json instead");
+  if (model->is_unigram() && engine == SentencePieceEngine::kLibSentencePiece) {
+    throw std::runtime_error(file + ": a unigram model cannot be checked with libsentencepiece's encoder "
+                             "(transformers runs it as a BPE over its pieces, which SentencePieceEngine::kMerges does)");
   }
   TokenizerParts parts;
   const auto* spm = model.get();

@@ -127,11 +127,19 @@ def make_sentencepiece(out):
                            "unk_token": "<unk>", "pad_token": "<unk>", "add_bos_token": True,
                            "add_eos_token": True, "legacy": True},
     }
+    # A unigram model: transformers' LlamaTokenizer still runs it as a BPE over its pieces.
+    spm.SentencePieceTrainer.train(
+        input=corpus_path, model_prefix=os.path.join(work, "u"), model_type="unigram", vocab_size=900,
+        byte_fallback=True, normalization_rule_name="identity", remove_extra_whitespaces=False,
+        add_dummy_prefix=True, split_digits=True, character_coverage=0.995, unk_id=0, bos_id=1, eos_id=2,
+        pad_id=-1, minloglevel=2)
+    variants["spm_unigram"] = dict(variants["spm_llama2"])
+    models_of = {"spm_unigram": "u.model"}
     names = []
     for name, config in variants.items():
         d = os.path.join(out, name)
         os.makedirs(d, exist_ok=True)
-        shutil.copy(os.path.join(work, "m.model"), os.path.join(d, "tokenizer.model"))
+        shutil.copy(os.path.join(work, models_of.get(name, "m.model")), os.path.join(d, "tokenizer.model"))
         write_config(d, config)
         golden(d, lines)
         names.append(name)

@@ -29,7 +29,7 @@ nlohmann::json read_json(const fs::path& path) {
 // The directories make_fixtures.py writes (listed here, not read from its
 // output, because tests are enumerated before the fixtures are made).
 const char* const kFixtures[] = {
-    "spm_llama2",         "spm_legacy_eos",       "bpe_llama3",
+    "spm_llama2",         "spm_legacy_eos",       "spm_unigram",          "bpe_llama3",
     "bpe_llama3_other_merge_form", "bpe_llama3_ignore_merges", "bpe_granite",
     "bpe_byte_fallback",  "bpe_byte_fallback_metaspace", "bpe_byte_fallback_llama_class",
     "bpe_byte_fallback_llama_legacy", "bpe_byte_fallback_llama_no_prefix",
