@@ -1,11 +1,13 @@
-// The model stage for a SentencePiece tokenizer.model, run by libsentencepiece.
+// A SentencePiece tokenizer.model read by libsentencepiece: its pieces and
+// their types (what the loader needs to build transformers' BPE), and a model
+// stage that encodes with libsentencepiece's own BPE (SentencePieceEngine::
+// kLibSentencePiece, an independent cross-check).
 //
-// transformers (5.x) does not run SentencePiece's own normalizer for Llama /
-// Mistral tokenizers: it converts the model to a BPE with a Metaspace
-// pre-tokenizer (spaces become "▁", a "▁" is prepended per its prepend scheme)
-// and no normalizer. To give the same ids we load the model with its
-// normalizer replaced by identity and no dummy prefix, and feed it text that
-// the Metaspace pre-tokenizer has already prepared.
+// transformers (5.x) does not run SentencePiece's normalizer for Llama /
+// Mistral tokenizers: it uses a Metaspace pre-tokenizer (spaces become "▁", a
+// "▁" is prepended per its prepend scheme) and no normalizer. To give the same
+// ids we load the model with its normalizer replaced by identity and no dummy
+// prefix, and feed it text that the Metaspace pre-tokenizer has prepared.
 #pragma once
 
 #include <filesystem>
