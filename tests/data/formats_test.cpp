@@ -24,7 +24,7 @@ std::vector<int32_t> bytes(const std::string& s) {
   return out;
 }
 
-TEST(JsonlFile, IndexesNonBlankLinesWithLineNumbers) {
+TEST(DataJsonlFile, IndexesNonBlankLinesWithLineNumbers) {
   TempDir dir;
   const auto path = dir.write("a.jsonl", "first\r\n\n  \t\n{\"x\": 1}\nlast");
   JsonlFile f(path);
@@ -38,7 +38,7 @@ TEST(JsonlFile, IndexesNonBlankLinesWithLineNumbers) {
   EXPECT_EQ(f.line_number(2), 5);
 }
 
-TEST(JsonlFile, ReadsLinesLongerThanTheScanBuffer) {
+TEST(DataJsonlFile, ReadsLinesLongerThanTheScanBuffer) {
   TempDir dir;
   const std::string big(3 << 20, 'x');
   const auto path = dir.write("big.jsonl", "a\n" + big + "\nb\n");
@@ -49,7 +49,7 @@ TEST(JsonlFile, ReadsLinesLongerThanTheScanBuffer) {
   EXPECT_EQ(f.line_number(2), 3);
 }
 
-TEST(JsonlFile, MissingFileIsNamed) {
+TEST(DataJsonlFile, MissingFileIsNamed) {
   try {
     JsonlFile f("/nonexistent/dir/data.jsonl");
     FAIL();
@@ -58,7 +58,7 @@ TEST(JsonlFile, MissingFileIsNamed) {
   }
 }
 
-TEST(Utf8, FindsInvalidSequences) {
+TEST(DataUtf8, FindsInvalidSequences) {
   EXPECT_EQ(find_invalid_utf8("h\xC3\xA9llo \xE6\x9D\xB1\xE4\xBA\xAC \xF0\x9F\x98\x80 plain ascii text"),
             std::string_view::npos);
   EXPECT_EQ(find_invalid_utf8("\xC0\xAF"), 0u);              // overlong '/'
@@ -68,7 +68,7 @@ TEST(Utf8, FindsInvalidSequences) {
   EXPECT_EQ(find_invalid_utf8("abc\x80"), 3u);               // stray continuation byte
 }
 
-TEST(Formats, DetectedPerFileAndOverridable) {
+TEST(DataFormats, DetectedPerFileAndOverridable) {
   TempDir dir;
   const auto m = dir.write_lines("m.jsonl", {R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]})"});
   const auto pc = dir.write_lines("pc.jsonl", {"not json", R"({"prompt": "q", "completion": "a", "text": "t"})"});
@@ -92,7 +92,7 @@ TEST(Formats, DetectedPerFileAndOverridable) {
   EXPECT_EQ(ex.input_ids, (std::vector<int32_t>{0, byte('t'), 1}));
 }
 
-TEST(Formats, UndetectableFileIsAnErrorNamingIt) {
+TEST(DataFormats, UndetectableFileIsAnErrorNamingIt) {
   TempDir dir;
   const auto f = dir.write_lines("odd.jsonl", {R"({"question": "q"})", "[1, 2]"});
   auto o = testing::options_for({f});
@@ -106,7 +106,7 @@ TEST(Formats, UndetectableFileIsAnErrorNamingIt) {
   }
 }
 
-TEST(Formats, MessagesWithoutAChatTemplateIsAConfigError) {
+TEST(DataFormats, MessagesWithoutAChatTemplateIsAConfigError) {
   TempDir dir;
   const auto m = dir.write_lines("m.jsonl", {R"({"messages": [{"role": "user", "content": "q"}]})"});
   auto o = testing::options_for({m});

@@ -13,7 +13,7 @@ namespace {
 
 using testing::fixture;
 
-TEST(HfParity, ChatTemplateIdsAndAssistantMasks) {
+TEST(ChatHfParity, ChatTemplateIdsAndAssistantMasks) {
   const auto golden = testing::read_json(fixture("chat_golden.json"));
   int checked = 0;
   for (const auto& entry : golden) {
@@ -44,7 +44,7 @@ TEST(HfParity, ChatTemplateIdsAndAssistantMasks) {
   EXPECT_EQ(checked, 30);
 }
 
-TEST(HfParity, ChatThroughFlattenEqualsTransformers) {
+TEST(ChatHfParity, ChatThroughFlattenEqualsTransformers) {
   const auto golden = testing::read_json(fixture("flatten_golden.json"));
   DataOptions o = testing::options_for({fixture("chat_flatten.jsonl")});
   o.examples_per_micro_batch = golden["examples_per_micro_batch"].get<int64_t>();

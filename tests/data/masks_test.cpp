@@ -82,7 +82,7 @@ TEST(ChatMasks, MissingTemplateTokensAreAConfigError) {
   EXPECT_THROW(ExampleEncoder(&tok, ChatTemplateKind::kLlama3, ChatLossMask::kAssistant), std::runtime_error);
 }
 
-TEST(PadId, NeverEos) {
+TEST(DataPadId, NeverEos) {
   ByteTokenizer tok;  // <pad> is id 9, EOS </s> id 1
   EXPECT_EQ(choose_pad_id(&tok, std::nullopt), 9);
   tok.pad_ = 1;  // a tokenizer whose pad is EOS: not used
@@ -95,7 +95,7 @@ TEST(PadId, NeverEos) {
   EXPECT_EQ(choose_pad_id(&bare, std::nullopt), 2);
 }
 
-class Lengths : public ::testing::Test {
+class DataLengths : public ::testing::Test {
  protected:
   DataStats run(DataOptions o) {
     DataPipeline p(std::move(o), testing::byte_tokenizer());
@@ -111,7 +111,7 @@ class Lengths : public ::testing::Test {
   std::vector<int64_t> lengths_;
 };
 
-TEST_F(Lengths, TruncateKeepsTheFirstMaxLengthTokens) {
+TEST_F(DataLengths, TruncateKeepsTheFirstMaxLengthTokens) {
   const auto f = dir_.write_lines("t.jsonl", {R"({"text": "0123456789"})", R"({"text": "ab"})"});
   auto o = testing::options_for({f});
   o.max_length = 8;
@@ -122,7 +122,7 @@ TEST_F(Lengths, TruncateKeepsTheFirstMaxLengthTokens) {
   EXPECT_EQ(lengths_, (std::vector<int64_t>{8, 4}));
 }
 
-TEST_F(Lengths, DropRemovesAndCountsThem) {
+TEST_F(DataLengths, DropRemovesAndCountsThem) {
   const auto f = dir_.write_lines("t.jsonl", {R"({"text": "0123456789"})", R"({"text": "ab"})"});
   auto o = testing::options_for({f});
   o.max_length = 8;
@@ -134,7 +134,7 @@ TEST_F(Lengths, DropRemovesAndCountsThem) {
   EXPECT_EQ(lengths_, (std::vector<int64_t>{4}));
 }
 
-TEST_F(Lengths, ZeroSupervisedExamplesAreSkippedAndCounted) {
+TEST_F(DataLengths, ZeroSupervisedExamplesAreSkippedAndCounted) {
   const auto f = dir_.write_lines(
       "c.jsonl", {R"({"messages": [{"role": "user", "content": "only a question"}]})",
                   R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]})",
@@ -149,7 +149,7 @@ TEST_F(Lengths, ZeroSupervisedExamplesAreSkippedAndCounted) {
             (std::vector<std::string>{f.string() + ":1", f.string() + ":3"}));
 }
 
-TEST_F(Lengths, TooManyZeroSupervisedExamplesIsAnError) {
+TEST_F(DataLengths, TooManyZeroSupervisedExamplesIsAnError) {
   const auto f = dir_.write_lines(
       "c.jsonl", {R"({"messages": [{"role": "user", "content": "q"}]})",
                   R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]})"});

@@ -170,7 +170,7 @@ TEST_P(Modes, WorkerThreadsDoNotChangeTheStream) {
 INSTANTIATE_TEST_SUITE_P(Data, Modes, ::testing::Values(BatchMode::kFlatten, BatchMode::kPad, BatchMode::kPack),
                          [](const auto& info) { return std::string(to_string(info.param)); });
 
-TEST(Cursor, RefusesOtherOptionsOrData) {
+TEST(DataCursor, RefusesOtherOptionsOrData) {
   TempDir dir;
   const auto f = corpus(dir, 20, 4);
   auto o = testing::options_for(f);
@@ -187,7 +187,7 @@ TEST(Cursor, RefusesOtherOptionsOrData) {
   EXPECT_THROW(DataCursor::from_json("{\"version\": 1}"), std::runtime_error);
 }
 
-TEST(Epochs, EveryExampleOncePerEpochInANewOrder) {
+TEST(DataEpochs, EveryExampleOncePerEpochInANewOrder) {
   TempDir dir;
   const auto f = corpus(dir, 40, 5);
   auto o = testing::options_for(f);
@@ -208,7 +208,7 @@ TEST(Epochs, EveryExampleOncePerEpochInANewOrder) {
   EXPECT_EQ(steps.back().cursor.stats.seen, 80);
 }
 
-TEST(Epochs, PartialLastStepGivesEveryRankTheSameCount) {
+TEST(DataEpochs, PartialLastStepGivesEveryRankTheSameCount) {
   TempDir dir;
   const auto f = corpus(dir, 10, 6);  // 10 micro-batches of 1; W=4, M=1: last step has 2
   for (int r = 0; r < 4; ++r) {
