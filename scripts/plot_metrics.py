@@ -43,7 +43,7 @@ def main():
     ax.set_ylabel("loss (per supervised token)")
     ax.grid(alpha=0.3)
     ax.legend()
-    ax.set_title(f"fptrain: {run.name}")
+    ax.set_title(f"fptrain: {a.run_dir}")
     bx.plot([r["step"] for r in train], [r["tokens_per_s"] for r in train], color="tab:green")
     bx.set_ylabel("tokens/s")
     bx.set_xlabel("step")

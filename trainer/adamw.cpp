@@ -35,17 +35,31 @@ AdamW::AdamW(std::vector<std::string> names, std::vector<at::Tensor> params, con
   step_tensor_ = at::zeros({}, weights_[0].options().dtype(at::kFloat));
 }
 
+void AdamW::accumulate_gradients() {
+  if (!master_) return;
+  c10::NoGradGuard no_grad;
+  if (accumulators_.empty())
+    for (const auto& w : weights_) accumulators_.push_back(at::zeros_like(w));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const at::Tensor& g = params_[i].grad();
+    if (!g.defined()) continue;
+    accumulators_[i].add_(g);
+    params_[i].mutable_grad() = at::Tensor();
+  }
+}
+
 void AdamW::gather_master_grads() {
+  if (master_) accumulate_gradients();  // whatever backward left since the last call
   grads_.clear();
   grads_.reserve(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
+    if (master_) {
+      grads_.push_back(accumulators_[i]);
+      continue;
+    }
     at::Tensor g = params_[i].grad();
-    if (!g.defined()) g = at::zeros_like(weights_[i]);  // parameter unused in this step
-    grads_.push_back(master_ ? g.to(at::kFloat) : g);
+    grads_.push_back(g.defined() ? g : at::zeros_like(weights_[i]));  // a parameter unused in this step
   }
-  // Release the low-precision gradients early: their fp32 copies are what we use.
-  if (master_)
-    for (auto& p : params_) p.mutable_grad() = at::Tensor();
 }
 
 at::Tensor AdamW::clip_grad_norm(double max_norm) {
@@ -69,8 +83,10 @@ void AdamW::step(double lr) {
   at::_fused_adamw_(weights_, grads_, exp_avg_, exp_avg_sq_, /*max_exp_avg_sqs=*/{}, steps, lr,
                     options_.beta1, options_.beta2, options_.weight_decay, options_.eps,
                     /*amsgrad=*/false, /*maximize=*/false);
-  if (master_)
+  if (master_) {
     for (size_t i = 0; i < params_.size(); ++i) params_[i].detach().copy_(weights_[i]);
+    at::_foreach_zero_(accumulators_);
+  }
   grads_.clear();
   zero_grad();
 }

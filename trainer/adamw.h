@@ -18,6 +18,12 @@ class AdamW {
   // `params` are the model's leaf tensors (requires_grad), in a fixed order.
   AdamW(std::vector<std::string> names, std::vector<at::Tensor> params, const OptimizerSection& options);
 
+  // With master weights: adds the model's current (low-precision) gradients into
+  // fp32 accumulators and releases them, so gradient accumulation over
+  // micro-batches sums in fp32. Call after each micro-batch's backward; a no-op
+  // without master weights.
+  void accumulate_gradients();
+
   // Global L2 norm of all gradients, as torch.nn.utils.clip_grad_norm_ computes it;
   // when max_norm > 0 the gradients are scaled by min(1, max_norm / (norm + 1e-6)).
   // Stays on the device (no host synchronization). Call after backward, before step().
@@ -44,6 +50,7 @@ class AdamW {
   std::vector<at::Tensor> params_;     // the model's tensors
   std::vector<at::Tensor> weights_;    // what AdamW updates: fp32 masters or params_
   std::vector<at::Tensor> grads_;      // gradients matching weights_ (valid between clip and step)
+  std::vector<at::Tensor> accumulators_;  // fp32 gradient sums over micro-batches (master weights only)
   std::vector<at::Tensor> exp_avg_, exp_avg_sq_;
   at::Tensor step_tensor_;             // float scalar on the device, shared by all parameters
   OptimizerSection options_;

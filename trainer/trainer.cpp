@@ -144,8 +144,14 @@ void Run::set_up() {
                                              : std::to_string(config_.batching.examples_per_micro_batch) + " examples") +
             " per micro-batch x " + std::to_string(config_.batching.grad_accumulation) +
             " micro-batches per step | " + std::to_string(total_steps_) + " steps | output " + output_dir_.string());
-  if (!device_.peak_bf16_flops && device_.device.is_cuda())
+  if (device_.peak_bf16_flops) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "MFU = 6 x %s parameters x tokens/s over the %s's dense bf16 peak of %.0f TFLOP/s",
+                  fmt_count(mc.num_parameters()).c_str(), device_.name.c_str(), *device_.peak_bf16_flops / 1e12);
+    log::info(buf);
+  } else if (device_.device.is_cuda()) {
     log::info("MFU not reported: the bf16 peak of " + device_.name + " is unknown");
+  }
   if (resume_from_) log::info("resumed from " + resume_from_->string() + " at step " + std::to_string(step_));
 }
 
@@ -159,6 +165,7 @@ StepRecord Run::train_step(const data::TrainStep& ts) {
     const DeviceBatch b = to_device(mb, device_.device);
     const models::LossOutput out = model_.model->loss(b.input, b.labels);
     (out.loss_sum / denominator).backward();
+    optimizer_->accumulate_gradients();  // fp32 sums across micro-batches (master weights)
     loss_sum += out.loss_sum.detach();
     rec.examples += b.num_examples;
     rec.tokens += b.num_tokens;
@@ -278,7 +285,25 @@ TrainOutcome Run::execute() {
     std::snprintf(buf, sizeof buf, " | loss %.4f -> %.4f", *t.first_loss, *t.last_loss);
     line += buf;
   }
-  if (t.seconds > 0) line += " | " + fmt_count(static_cast<int64_t>(t.tokens / t.seconds)) + " tok/s";
+  if (t.last_eval_loss) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " | eval loss %.4f", *t.last_eval_loss);
+    line += buf;
+  }
+  if (t.seconds > 0)
+    line += " | " + fmt_count(t.tokens) + " tokens (" + fmt_count(t.supervised) + " supervised) at " +
+            fmt_count(static_cast<int64_t>(t.tokens / t.seconds)) + " tok/s";
+  if (outcome.summary.contains("mfu")) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, " | MFU %.1f%%", 100 * outcome.summary["mfu"].get<double>());
+    line += buf;
+  }
+  if (device_.device.is_cuda()) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " | peak memory %.1f GiB",
+                  outcome.summary.value("peak_allocated_bytes", int64_t{0}) / 1073741824.0);
+    line += buf;
+  }
   line += " | " + format_duration(seconds_since(run_start)) + " | summary " + (output_dir_ / "summary.json").string();
   log::info(line);
   return outcome;

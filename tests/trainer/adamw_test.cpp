@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace fptrain::trainer {
 namespace {
 
@@ -36,6 +38,21 @@ TEST(AdamW, MasterWeightsKeepFp32AndRoundIntoTheModel) {
   // The master moved by less than bf16 resolution in places: it is not the rounded copy.
   EXPECT_FALSE(at::equal(state[0].second, params[0].detach().to(at::kFloat)));
   EXPECT_FALSE(params[0].grad().defined());
+}
+
+TEST(AdamW, MasterWeightsAccumulateMicroBatchGradientsInFp32) {
+  auto params = make_params(at::kBFloat16);
+  OptimizerSection o;
+  AdamW opt({"a", "b"}, params, o);
+  // 64 micro-batches of a gradient that bf16 cannot add up exactly.
+  const at::Tensor g = at::full({7}, 1.0 + 1.0 / 128, at::kBFloat16);
+  for (int i = 0; i < 64; ++i) {
+    params[1].mutable_grad() = g.clone();
+    opt.accumulate_gradients();
+    EXPECT_FALSE(params[1].grad().defined());
+  }
+  const double norm = opt.clip_grad_norm(0.0).item<double>();
+  EXPECT_NEAR(norm, 64 * (1.0 + 1.0 / 128) * std::sqrt(7.0), 1e-4);
 }
 
 TEST(AdamW, PureModelDtypeWithoutMasters) {
