@@ -178,7 +178,9 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1)
     const int row0 = cw * 64 + wl * 16;  // this warp's first key row in the block
     const int64_t kv_stride = int64_t(sh.heads_kv) * D;
     const float scale_log2 = sh.scale * kLog2e;
+    // One arrival per warp, after all its lanes are done with the buffer.
     auto release = [&](uint32_t bar) {
+      __syncwarp();
       if (lane == 0) mbar_arrive(bar);
     };
 
