@@ -136,5 +136,30 @@ TEST(Cli, EvalAndDataReportRun) {
   EXPECT_NE(d.output.find("pad"), std::string::npos) << d.output;
 }
 
+TEST(Cli, EvalOfTheFinalCheckpointMatchesTheRunsFinalEvaluation) {
+  TempDir dir;
+  const fs::path run = dir / "run";
+  const std::string cfg = dir.write("c.yaml", base_config(run, "chat.jsonl",
+      "batching:\n  examples_per_micro_batch: 4\noptimizer:\n  lr: 3.0e-3\ntraining:\n  max_steps: 6\n"
+      "logging:\n  log_interval: 2\n  eval_interval: 3\n"));
+  const CommandResult r = run_fptrain({"train", cfg, "--set", "data.eval=" + fixture("chat.jsonl").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<nlohmann::json> evals;
+  std::ifstream in(run / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j.value("event", "") == "eval") evals.push_back(j);
+  }
+  ASSERT_EQ(evals.size(), 2u);  // step 3 and the end
+  EXPECT_EQ(evals[1]["step"].get<int64_t>(), 6);
+  EXPECT_LT(evals[1]["eval_loss"].get<double>(), evals[0]["eval_loss"].get<double>());
+  const fs::path ckpt = run / "checkpoints" / checkpoint_name(6);
+  const CommandResult e = run_fptrain(
+      {"eval", cfg, "--json", "--checkpoint", ckpt.string(), "--set", "data.eval=" + fixture("chat.jsonl").string()});
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  const auto j = nlohmann::json::parse(e.output.substr(e.output.find('{')));
+  EXPECT_NEAR(j["loss"].get<double>(), evals[1]["eval_loss"].get<double>(), 1e-6 * j["loss"].get<double>());
+}
+
 }  // namespace
 }  // namespace fptrain::trainer

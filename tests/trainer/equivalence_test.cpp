@@ -117,5 +117,36 @@ TEST(Equivalence, StopAndResumeIsBitIdentical) {
   }
 }
 
+TEST(Equivalence, ActivationCheckpointingTrainsIdentically) {
+  TempDir dir;
+  const std::string extra = "batching:\n  examples_per_micro_batch: 4\n  grad_accumulation: 2\ntraining:\n  max_steps: 6\n";
+  const auto plain = train(dir, "plain", "chat.jsonl", extra);
+  const auto ckpt = train(dir, "ckpt", "chat.jsonl", extra, {"model.activation_checkpointing=every_layer"});
+  ASSERT_EQ(plain.size(), 6u);
+  ASSERT_EQ(ckpt.size(), 6u);
+  for (size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_LE(rel(ckpt[i]["loss"].get<double>(), plain[i]["loss"].get<double>()), 1e-6) << "step " << i + 1;
+    EXPECT_LE(rel(ckpt[i]["grad_norm"].get<double>(), plain[i]["grad_norm"].get<double>()), 1e-6) << "step " << i + 1;
+  }
+}
+
+TEST(Equivalence, PackModeEpochTrainsOnEveryExampleOnce) {
+  TempDir dir;
+  // training.epochs instead of max_steps: the steps are counted from the data first.
+  const auto rec = train(dir, "pack", "chat.jsonl",
+                         "batching:\n  mode: pack\n  max_tokens: 512\n  grad_accumulation: 2\ntraining:\n  epochs: 1\n");
+  ASSERT_FALSE(rec.empty());
+  int64_t examples = 0;
+  for (const auto& r : rec) {
+    examples += r["examples"].get<int64_t>();
+    EXPECT_DOUBLE_EQ(r["padding_fraction"].get<double>(), 0.0);
+    EXPECT_LE(r["tokens"].get<int64_t>(), 2 * 512);
+  }
+  EXPECT_EQ(examples, 96);  // every line of chat.jsonl, once
+  const auto summary = nlohmann::json::parse(read_file(dir / "pack" / "summary.json"));
+  EXPECT_EQ(summary["steps_completed"].get<int64_t>(), static_cast<int64_t>(rec.size()));
+  EXPECT_EQ(summary["total_steps"].get<int64_t>(), static_cast<int64_t>(rec.size()));
+}
+
 }  // namespace
 }  // namespace fptrain::trainer
