@@ -119,7 +119,7 @@ RawExample parse_example(std::string_view line, ExampleFormat format) {
   if (obj.is_discarded()) {
     // Parse again for the parser's own description of the problem.
     try {
-      (void)json::parse(line);
+      const json again = json::parse(line);
     } catch (const json::parse_error& e) {
       throw BadLine(SkipReason::kMalformedJson, std::string("malformed JSON: ") + e.what());
     }
