@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#ifdef FPTRAIN_WITH_CUDA_KERNELS  // the kernels are part of this build (FPTRAIN_CUDA=ON)
 #include "attention/cuda/fptrain_kernels.h"
 
 namespace fa = fptrain::attention;
@@ -317,3 +318,10 @@ int main(int argc, char** argv) {
   if (!md_path.empty()) std::ofstream(md_path) << md;
   return 0;
 }
+#else
+#include <cstdio>
+int main() {
+  std::fprintf(stderr, "attention_bench: built without FPTRAIN_CUDA, no kernels to time\n");
+  return 1;
+}
+#endif

@@ -14,8 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "attention/cuda/fptrain_kernels.h"
 #include "attention/fptrain_backend.h"
+
+#ifdef FPTRAIN_WITH_CUDA_KERNELS  // the kernels are part of this build (FPTRAIN_CUDA=ON)
+#include "attention/cuda/fptrain_kernels.h"
 
 namespace fa = fptrain::attention;
 
@@ -296,3 +298,9 @@ TEST(FptrainKernels, LongSequenceForward32k) {
   std::printf("32k causal forward: O rel err %.2e (math bf16 %.2e)\n", e_ours, e_low);
   EXPECT_LE(e_ours, 2.0 * e_low);
 }
+#else
+TEST(FptrainKernels, NotBuilt) {
+  EXPECT_FALSE(fptrain::attention::fptrain_kernels_available());
+  GTEST_SKIP() << "built without FPTRAIN_CUDA: no kernels to check";
+}
+#endif
