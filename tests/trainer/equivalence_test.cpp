@@ -148,5 +148,30 @@ TEST(Equivalence, PackModeEpochTrainsOnEveryExampleOnce) {
   EXPECT_EQ(summary["total_steps"].get<int64_t>(), static_cast<int64_t>(rec.size()));
 }
 
+TEST(Equivalence, Bf16WithFp32MasterWeightsFollowsFp32) {
+  TempDir dir;
+  const std::string extra = "batching:\n  examples_per_micro_batch: 4\n  grad_accumulation: 2\ntraining:\n  max_steps: 8\n";
+  const auto fp32 = train(dir, "fp32", "tokens.jsonl", extra);
+  const auto bf16 = train(dir, "bf16", "tokens.jsonl", extra, {"model.dtype=bfloat16"});
+  ASSERT_EQ(fp32.size(), 8u);
+  ASSERT_EQ(bf16.size(), 8u);
+  for (size_t i = 0; i < fp32.size(); ++i)
+    EXPECT_LE(rel(bf16[i]["loss"].get<double>(), fp32[i]["loss"].get<double>()), 2e-2) << "step " << i + 1;
+  // The checkpoint holds bf16 weights: the fp32 masters of the training state, rounded.
+  const fs::path ckpt = dir / "bf16/checkpoints/step-00000008";
+  const auto model = models::read_safetensors(ckpt / "model.safetensors");
+  const TrainingState state = load_training_state(ckpt);
+  int masters = 0;
+  for (const auto& [key, t] : state.optimizer) {
+    EXPECT_EQ(t.scalar_type(), at::kFloat) << key;
+    if (key.rfind("weight.", 0) != 0) continue;
+    const at::Tensor& w = model.at(key.substr(7));
+    EXPECT_EQ(w.scalar_type(), at::kBFloat16);
+    EXPECT_TRUE(at::equal(w, t.to(at::kBFloat16))) << key;
+    ++masters;
+  }
+  EXPECT_EQ(masters, static_cast<int>(model.size()));
+}
+
 }  // namespace
 }  // namespace fptrain::trainer
