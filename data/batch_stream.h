@@ -5,6 +5,7 @@
 #pragma once
 
 #include <deque>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <vector>

@@ -1,6 +1,7 @@
 #include "data/epoch_plan.h"
 
 #include <algorithm>
+#include <exception>
 #include <stdexcept>
 
 #include "data/batch_planner.h"

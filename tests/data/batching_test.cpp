@@ -2,6 +2,7 @@
 // the rank assignment.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <numeric>

@@ -1,6 +1,7 @@
 // Data parallelism, exact resume from a cursor, worker determinism, epochs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <set>
