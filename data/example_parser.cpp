@@ -3,7 +3,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-
 #include <limits>
 
 #include "data/utf8_check.h"
