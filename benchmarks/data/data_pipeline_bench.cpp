@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/data_pipeline.h"
+#include "data/data_report.h"
 
 using namespace fptrain::data;
 
@@ -127,6 +128,12 @@ int main(int argc, char** argv) {
       std::printf("%-8s %8lld examples %11lld tokens in %7.2f CPU s (%7.2f wall): %9.0f examples/s %11.0f tokens/s\n",
                   mode.c_str(), (long long)examples, (long long)real, s, wall, examples / s, real / s);
       std::fflush(stdout);
+    }
+    {
+      // What `fptrain data` shows for this file: padding of pad mode, pack fill rate, tokens per step.
+      const DataReport report = make_data_report(o, tok);
+      print_data_report(std::cout, report);
+      result["report"] = data_report_json(report);
     }
     const std::string out = args["--out"];
     if (!out.empty()) std::ofstream(out) << result.dump(2) << "\n";

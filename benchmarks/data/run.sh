@@ -50,6 +50,10 @@ for m in ours["modes"]:
                 f"{m['tokens_per_second']:,.0f} | {m['tokens_per_second'] / hf['tokens_per_second']:.1f}x |")
 rows.append(f"| HF apply_chat_template + DataCollatorWithFlattening | {hf['examples']} | {hf['cpu_seconds']:.2f} | "
             f"{hf['examples_per_second']:,.0f} | {hf['tokens_per_second']:,.0f} | 1.0x |")
+modes = {b["mode"]: b for b in ours["report"]["batching"]}
+shape = (f"Padding in `pad` mode: {100 * modes['pad']['padding_fraction']:.1f}% of computed tokens; `pack` fill rate "
+         f"{100 * modes['pack']['fill_rate']:.1f}% ({modes['pack']['micro_batches']} micro-batches of {ours['max_tokens']} "
+         f"tokens vs {modes['flatten']['micro_batches']} of 8 examples).")
 md = [f"# Data-pipeline throughput ({tokname} tokenizer)", "",
       f"{date}, {cpu}, one core (`taskset`; fptrain with workers = 0). Rates are per CPU second of the "
       f"process (the machine was shared; wall times are in the JSON).", "",
@@ -60,7 +64,7 @@ md = [f"# Data-pipeline throughput ({tokname} tokenizer)", "",
       f"max_tokens {ours['max_tokens']} (pack). Token lengths with this tokenizer: median {ours['lengths']['median']:.0f}, "
       f"log-σ {ours['lengths']['log_sigma']:.2f}, p90 {ours['lengths']['p90']:.0f}, max {ours['lengths']['max']:.0f}. "
       f"The HF peer runs the first {hf['examples']} examples. "
-      f"Indexing the file (one streaming pass) took {ours['index_seconds']:.2f} s.", "", *rows, ""]
+      f"Indexing the file (one streaming pass) took {ours['index_seconds']:.2f} s.", "", *rows, "", shape, ""]
 open(name + ".md", "w").write("\n".join(md))
 print("\n".join(md))
 PYEOF
