@@ -94,10 +94,10 @@ with open(f"{out}/train-bench.md", "w") as f:
     dev = rows[0]["device"] if rows else "?"
     f.write(f"Llama-3.2-1B shape ({rows[0]['num_parameters'] / 1e9:.2f}B parameters), bf16 + fp32 masters, "
             f"pack 16384 tokens/micro-batch, FLAN-like data; {dev}, {date}\n\n")
-    f.write("| run | tokens/s | MFU | peak allocated GiB | peak reserved GiB | loss first -> last |\n")
-    f.write("| --- | ---: | ---: | ---: | ---: | --- |\n")
+    f.write("| run | attention | tokens/s | MFU | peak allocated GiB | peak reserved GiB | loss first -> last |\n")
+    f.write("| --- | --- | ---: | ---: | ---: | ---: | --- |\n")
     for r in rows:
-        f.write(f"| {r['name']} | {r['tokens_per_s']:,.0f} | {100 * r['mfu']:.1f}% | {r['peak_allocated_gib']:.1f} | "
+        f.write(f"| {r['name']} | {r['attention']} | {r['tokens_per_s']:,.0f} | {100 * r['mfu']:.1f}% | {r['peak_allocated_gib']:.1f} | "
                 f"{r['peak_reserved_gib']:.1f} | {r['first_loss']:.3f} -> {r['last_loss']:.3f} |\n")
 print(open(f"{out}/train-bench.md").read())
 PY
