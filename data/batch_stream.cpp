@@ -13,8 +13,9 @@ namespace {
 
 std::string fingerprint_of(const DataOptions& o, const ExampleSource& src) {
   std::ostringstream s;
+  // File names, not paths: a run may resume on a machine that mounts the data elsewhere.
   for (size_t f = 0; f < src.num_files(); ++f)
-    s << src.file(f).path().string() << '|' << src.file(f).file_size() << '|' << src.file(f).num_lines() << '|'
+    s << src.file(f).path().filename().string() << '|' << src.file(f).file_size() << '|' << src.file(f).num_lines() << '|'
       << o.files[f].weight << '|' << to_string(src.format(f)) << ';';
   s << o.max_length << to_string(o.overlong) << to_string(src.chat_template()) << to_string(o.loss_mask)
     << to_string(o.batching) << o.examples_per_micro_batch << '|' << o.max_tokens << '|' << o.shuffle_window

@@ -188,6 +188,24 @@ TEST(DataCursor, RefusesOtherOptionsOrData) {
   EXPECT_THROW(DataCursor::from_json("{\"version\": 1}"), std::runtime_error);
 }
 
+TEST(DataCursor, SurvivesMovingTheDataElsewhere) {
+  TempDir a, b;
+  const auto files = corpus(a, 30, 7);
+  auto o = testing::options_for(files);
+  o.examples_per_micro_batch = 2;
+  DataPipeline p(o, testing::byte_tokenizer());
+  const auto all = testing::drain(p);
+  std::vector<std::filesystem::path> moved;
+  for (const auto& f : files) {
+    moved.push_back(b.path() / f.filename());
+    std::filesystem::copy_file(f, moved.back());
+  }
+  auto mo = testing::options_for(moved);
+  mo.examples_per_micro_batch = 2;
+  DataPipeline q(mo, testing::byte_tokenizer(), all[2].cursor);
+  expect_same(testing::drain(q), std::vector<TrainStep>(all.begin() + 3, all.end()));
+}
+
 TEST(DataEpochs, EveryExampleOncePerEpochInANewOrder) {
   TempDir dir;
   const auto f = corpus(dir, 40, 5);
