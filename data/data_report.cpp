@@ -149,18 +149,10 @@ DataReport make_data_report(const DataOptions& options, std::shared_ptr<const To
   return rep;
 }
 
-void print_data_report(std::ostream& out, const DataReport& r) {
+void print_data_stats(std::ostream& out, const DataStats& s) {
   char line[512];
-  out << "Data files:\n";
-  for (const auto& f : r.files) {
-    std::snprintf(line, sizeof line, "  %-50s %-18s %10lld lines  weight %.2f\n", f.path.c_str(), f.format.c_str(),
-                  static_cast<long long>(f.lines), f.weight);
-    out << line;
-  }
-  out << "Chat template: " << r.chat_template << "\n\n";
-  const DataStats& s = r.stats;
   std::snprintf(line, sizeof line,
-                "Examples (one epoch): %lld seen, %lld used, %lld truncated, %lld dropped (too long), %lld skipped\n",
+                "%lld examples seen: %lld used, %lld truncated, %lld dropped (too long), %lld skipped\n",
                 (long long)s.seen, (long long)s.used, (long long)s.truncated, (long long)s.dropped,
                 (long long)s.skipped_total());
   out << line;
@@ -175,6 +167,20 @@ void print_data_report(std::ostream& out, const DataReport& r) {
     for (const auto& w : s.first_dropped) out << " " << w;
     out << "\n";
   }
+}
+
+void print_data_report(std::ostream& out, const DataReport& r) {
+  char line[512];
+  out << "Data files:\n";
+  for (const auto& f : r.files) {
+    std::snprintf(line, sizeof line, "  %-50s %-18s %10lld lines  weight %.2f\n", f.path.c_str(), f.format.c_str(),
+                  static_cast<long long>(f.lines), f.weight);
+    out << line;
+  }
+  out << "Chat template: " << r.chat_template << "\n\n";
+  out << "One epoch: ";
+  print_data_stats(out, r.stats);
+  const DataStats& s = r.stats;
   if (r.bad_lines_would_stop)
     out << "  NOTE: with bad_lines: error, training stops at the first bad line above\n";
   if (r.zero_supervised_over_limit)

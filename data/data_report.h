@@ -58,6 +58,9 @@ struct DataReport {
 // Bad lines are counted (never thrown) so one run lists every problem.
 DataReport make_data_report(const DataOptions& options, std::shared_ptr<const Tokenizer> tokenizer);
 void print_data_report(std::ostream& out, const DataReport& report);
+// The accounting alone (e.g. at the end of training, from the last cursor's stats):
+// counts, skip reasons with their first file:line, dropped examples.
+void print_data_stats(std::ostream& out, const DataStats& stats);
 nlohmann::json data_report_json(const DataReport& report);
 
 }  // namespace fptrain::data
