@@ -33,6 +33,15 @@ std::string string_field(const json& obj, const char* key, bool optional = false
   return it->get<std::string>();
 }
 
+// Roles of the ShareGPT convention ({"from": "human", "value": ...}) mapped to ours.
+const char* sharegpt_role(const std::string& from) {
+  if (from == "human" || from == "user") return "user";
+  if (from == "gpt" || from == "assistant" || from == "model") return "assistant";
+  if (from == "system") return "system";
+  return nullptr;
+}
+
+// A list of {"role", "content"} messages, or ShareGPT's {"from", "value"}.
 std::vector<Message> parse_messages(const json& list, const char* key) {
   if (!list.is_array())
     throw BadLine(SkipReason::kWrongType,
@@ -44,18 +53,31 @@ std::vector<Message> parse_messages(const json& list, const char* key) {
     const std::string where = std::string(key) + "[" + std::to_string(i) + "]";
     if (!m.is_object())
       throw BadLine(SkipReason::kWrongType, where + " must be an object, got " + json_type(m));
-    auto role = m.find("role");
-    auto content = m.find("content");
+    const bool sharegpt = !m.contains("role") && m.contains("from");
+    const char* role_key = sharegpt ? "from" : "role";
+    const char* content_key = sharegpt ? "value" : "content";
+    auto role = m.find(role_key);
+    auto content = m.find(content_key);
     if (role == m.end()) throw BadLine(SkipReason::kMissingField, where + ": missing field 'role'");
-    if (content == m.end()) throw BadLine(SkipReason::kMissingField, where + ": missing field 'content'");
+    if (content == m.end())
+      throw BadLine(SkipReason::kMissingField, where + ": missing field '" + content_key + "'");
     if (!role->is_string())
-      throw BadLine(SkipReason::kWrongType, where + ".role must be a string, got " + json_type(*role));
+      throw BadLine(SkipReason::kWrongType,
+                    where + "." + role_key + " must be a string, got " + json_type(*role));
     if (!content->is_string())
-      throw BadLine(SkipReason::kWrongType, where + ".content must be a string, got " + json_type(*content));
+      throw BadLine(SkipReason::kWrongType,
+                    where + "." + content_key + " must be a string, got " + json_type(*content));
     Message msg{role->get<std::string>(), content->get<std::string>(), false};
-    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant")
+    if (sharegpt) {
+      const char* mapped = sharegpt_role(msg.role);
+      if (!mapped)
+        throw BadLine(SkipReason::kInvalidValue,
+                      where + ".from '" + msg.role + "' is not one of system, human, gpt");
+      msg.role = mapped;
+    } else if (msg.role != "system" && msg.role != "user" && msg.role != "assistant") {
       throw BadLine(SkipReason::kInvalidValue,
                     where + ".role '" + msg.role + "' is not one of system, user, assistant");
+    }
     out.push_back(std::move(msg));
   }
   if (out.empty()) throw BadLine(SkipReason::kInvalidValue, std::string("field '") + key + "' is empty");
@@ -84,7 +106,7 @@ std::vector<int32_t> parse_ids(const json& list, const char* key, bool allow_ign
 }
 
 ExampleFormat format_of_object(const json& obj) {
-  if (obj.contains("messages")) return ExampleFormat::kMessages;
+  if (obj.contains("messages") || obj.contains("conversations")) return ExampleFormat::kMessages;
   if (obj.contains("input_ids")) return ExampleFormat::kTokens;
   if (obj.contains("prompt") && obj.contains("completion")) return ExampleFormat::kPromptCompletion;
   if (obj.contains("instruction") && obj.contains("output")) return ExampleFormat::kAlpaca;
@@ -133,7 +155,10 @@ RawExample parse_example(std::string_view line, ExampleFormat format) {
   ex.format = format;
   switch (format) {
     case ExampleFormat::kMessages:
-      ex.messages = parse_messages(field(obj, "messages"), "messages");
+      if (!obj.contains("messages") && obj.contains("conversations"))  // ShareGPT
+        ex.messages = parse_messages(field(obj, "conversations"), "conversations");
+      else
+        ex.messages = parse_messages(field(obj, "messages"), "messages");
       break;
     case ExampleFormat::kPromptCompletion: {
       const json& prompt = field(obj, "prompt");

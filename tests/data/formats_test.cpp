@@ -182,6 +182,22 @@ TEST_F(EncodedFormats, ConversationalPromptCompletionSupervisesTheCompletion) {
   EXPECT_EQ(tok_.decode(supervised), "a<|eot_id|>");
 }
 
+TEST_F(EncodedFormats, ShareGptConversationsAreMessages) {
+  const auto sharegpt = one(R"({"conversations": [{"from": "system", "value": "s"}, {"from": "human", "value": "q"}, )"
+                            R"({"from": "gpt", "value": "a"}]})",
+                            ChatTemplateKind::kLlama3);
+  const auto messages = one(R"({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}, )"
+                            R"({"role": "assistant", "content": "a"}]})",
+                            ChatTemplateKind::kLlama3);
+  EXPECT_EQ(sharegpt.status, ExampleStatus::kUsed);
+  EXPECT_EQ(sharegpt.input_ids, messages.input_ids);
+  EXPECT_EQ(sharegpt.labels, messages.labels);
+  const auto bad = one(R"({"conversations": [{"from": "bot", "value": "q"}]})", ChatTemplateKind::kLlama3,
+                       ExampleFormat::kMessages);
+  EXPECT_EQ(bad.status, ExampleStatus::kSkipped);
+  EXPECT_NE(bad.problem.find("conversations[0].from 'bot'"), std::string::npos) << bad.problem;
+}
+
 TEST_F(EncodedFormats, TokensKeepGivenLabelsOrSuperviseAll) {
   auto ex = one(R"({"input_ids": [5, 6, 7, 8], "labels": [5, -100, 7, 8]})");
   EXPECT_EQ(ex.input_ids, (std::vector<int32_t>{5, 6, 7, 8}));
