@@ -65,5 +65,30 @@ TEST(ChatHfParity, ChatThroughFlattenEqualsTransformers) {
   }
 }
 
+TEST(ChatHfParity, RealTokenizerOnWorkerThreadsGivesTheSameStream) {
+  DataOptions o = testing::options_for({fixture("gen_flan_messages.jsonl")});
+  o.tokenizer_dir = fixture("tok_llama3");
+  o.batching = BatchMode::kPack;
+  o.max_tokens = 8192;
+  o.max_length = 4096;
+  o.shuffle = true;
+  std::shared_ptr<const Tokenizer> tok = load_tokenizer(o.tokenizer_dir);
+  DataPipeline one(o, tok);
+  const auto a = testing::drain(one);
+  ASSERT_FALSE(a.empty());
+  o.workers = 4;
+  DataPipeline many(o, tok);
+  const auto b = testing::drain(many);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].micro_batches.size(), b[i].micro_batches.size());
+    for (size_t j = 0; j < a[i].micro_batches.size(); ++j) {
+      EXPECT_EQ(a[i].micro_batches[j].input_ids, b[i].micro_batches[j].input_ids);
+      EXPECT_EQ(a[i].micro_batches[j].labels, b[i].micro_batches[j].labels);
+    }
+  }
+  EXPECT_EQ(a.back().cursor.stats.trained(), 400);
+}
+
 }  // namespace
 }  // namespace fptrain::data
