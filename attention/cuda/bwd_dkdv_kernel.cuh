@@ -121,8 +121,8 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1)
       }
       const Tile tile = p.kv_tiles.tiles[item / sh.heads_kv];
       const int hk = item % sh.heads_kv;
-      const int start = sh.cu_seqlens[tile.seq];
-      const int len = sh.cu_seqlens[tile.seq + 1] - start;
+      const SeqBounds seq = seq_bounds(sh.cu_seqlens, tile.seq, sh.total_tokens);
+      const int start = seq.start, len = seq.len;
       const BlockRange qr = query_blocks_for_key_block(tile.block, BM, BN, len, sh.causal, sh.window);
       if (lane == 0) {
         item_slot[0] = item;

@@ -69,8 +69,8 @@ __global__ void __launch_bounds__(DqTraits<D>::kThreads) bwd_dq_kernel(BwdParams
     if (item >= num_items) break;
     const Tile tile = p.q_tiles.tiles[item / sh.heads_q];
     const int h = item % sh.heads_q, hk = h / group;
-    const int start = sh.cu_seqlens[tile.seq];
-    const int len = sh.cu_seqlens[tile.seq + 1] - start;
+    const SeqBounds seq = seq_bounds(sh.cu_seqlens, tile.seq, sh.total_tokens);
+    const int start = seq.start, len = seq.len;
     const int q0 = tile.block * BM;
     const BlockRange kr = key_blocks_for_query_block(tile.block, BM, BN, len, sh.causal, sh.window);
 

@@ -97,8 +97,8 @@ __global__ void __launch_bounds__(FwdTraits<D>::kThreads, 1)
       }
       const Tile tile = p.tiles.tiles[item / sh.heads_q];
       const int h = item % sh.heads_q, hk = h / group;
-      const int start = sh.cu_seqlens[tile.seq];
-      const int len = sh.cu_seqlens[tile.seq + 1] - start;
+      const SeqBounds seq = seq_bounds(sh.cu_seqlens, tile.seq, sh.total_tokens);
+      const int start = seq.start, len = seq.len;
       items[4 * qs] = item;
       items[4 * qs + 1] = tile.block;
       items[4 * qs + 2] = start;

@@ -8,6 +8,17 @@
 
 namespace fptrain::attention::cuda {
 
+// Start and length of sequence b, clamped to [0, T]: a malformed cu_seqlens (the host checks
+// it whenever it has a copy) can then only drop work, never read or write out of bounds.
+struct SeqBounds {
+  int start, len;
+};
+__host__ __device__ __forceinline__ SeqBounds seq_bounds(const int* cu_seqlens, int b, int total_tokens) {
+  const int lo = min(max(cu_seqlens[b], 0), total_tokens);
+  const int hi = min(max(cu_seqlens[b + 1], lo), total_tokens);
+  return {lo, hi - lo};
+}
+
 struct BlockRange {
   int begin, end;  // [begin, end) in blocks
 };

@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(kThreads) tile_scheduler_kernel(VarlenShape sh
   const int batch = shape.batch;
   int* order = list.scratch;          // sequences, longest first
   int* tile_start = list.scratch + batch;  // first tile of each sorted sequence
-  auto blocks_of = [&](int b) { return ceil_div(shape.cu_seqlens[b + 1] - shape.cu_seqlens[b], block); };
+  auto blocks_of = [&](int b) { return ceil_div(seq_bounds(shape.cu_seqlens, b, shape.total_tokens).len, block); };
 
   // 1) counting sort of the sequences by block count, descending
   bucket_pos[threadIdx.x] = 0;
