@@ -97,6 +97,11 @@ void MetricsLogger::flush_interval() {
   const StepRecord& last = pending_.back();
   const double n = static_cast<double>(pending_.size());
   const double loss = loss_sum / n;
+  if (!std::isfinite(loss))
+    throw std::runtime_error("the training loss became " + std::to_string(loss) + " by step " +
+                             std::to_string(pending_.back().step) +
+                             " (diverged: lower optimizer.lr, keep optimizer.grad_clip on, or check the data); "
+                             "checkpoints in the run folder predate it");
   const double grad_norm = last.grad_norm.defined() ? last.grad_norm.item<double>() : 0.0;
   const double tps = seconds > 0 ? tokens / seconds : 0.0;
   const double sps = seconds > 0 ? supervised / seconds : 0.0;

@@ -15,6 +15,7 @@
 
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <fstream>
@@ -229,7 +230,19 @@ TrainOutcome Run::execute() {
       log::warn("a step of the data stream has no supervised token; skipped");
       continue;
     }
-    StepRecord rec = train_step(*ts);
+    StepRecord rec;
+    try {
+      rec = train_step(*ts);
+    } catch (const c10::OutOfMemoryError& e) {
+      int64_t tokens = 0;
+      for (const auto& mb : ts->micro_batches) tokens = std::max<int64_t>(tokens, mb.num_tokens);
+      throw std::runtime_error(
+          "out of memory in step " + std::to_string(step_ + 1) + " (largest micro-batch " + std::to_string(tokens) +
+          " tokens). Lower batching.examples_per_micro_batch or batching.max_tokens (raise "
+          "batching.grad_accumulation to keep the step size), or set model.activation_checkpointing: every_layer. "
+          "The last checkpoint is " + (last_checkpoint_ ? last_checkpoint_->string() : std::string("none")) +
+          ".\n" + e.what_without_backtrace());
+    }
     rec.data_wait_seconds = wait;
     rec.step_seconds = seconds_since(step_start);
     counters_["tokens"] = counters_["tokens"].get<int64_t>() + (rec.tokens - rec.padding);
