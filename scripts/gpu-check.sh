@@ -1,36 +1,54 @@
 #!/usr/bin/env bash
 # The one call on the GPU machine: build with all cores, run the GPU test areas
-# (tests/*_gpu) and every benchmarks/<name>/run_gpu.sh, logs and JSON under $OUT.
+# (tests/*_gpu) and every benchmarks/<name>/run_gpu.sh. Logs, JSON and plots go
+# to a work folder that is packed at the end into $OUT/gpu-check-<phase>.tar.gz
+# next to $OUT/summary-<phase>.txt (the device tool returns only a few files).
 #
-#   scripts/gpu-check.sh [tests|bench|all]   (default all)
+#   scripts/gpu-check.sh [tests|bench|all] [benchmark names...]   (default: all)
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=${OUT:-$ROOT/gpu-out}
+PHASE=${1:-all}
+shift || true
+ONLY=("$@")
+WORK=$(mktemp -d /tmp/gpu-check.XXXX)
+SUMMARY=$OUT/summary-$PHASE.txt
 mkdir -p "$OUT"
-WHAT=${1:-all}
 export FPTRAIN_BUILD_DIR=${FPTRAIN_BUILD_DIR:-$ROOT/build-gpu}
 export FPTRAIN_JOBS=$(nproc)
 export PYTHONUNBUFFERED=1
 status=0
+say() { echo "$*" | tee -a "$SUMMARY"; }
 
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/device.txt"
+pack() {
+  tar -czf "$OUT/gpu-check-$PHASE.tar.gz" -C "$WORK" . 2>/dev/null
+}
+trap pack EXIT
+
+say "$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader) | $(date -u +%FT%TZ)"
 start=$(date +%s)
-if ! "$ROOT/scripts/setup.sh" >"$OUT/build.log" 2>&1; then
-  tail -50 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
+if ! "$ROOT/scripts/setup.sh" >"$WORK/build.log" 2>&1; then
+  tail -60 "$WORK/build.log" | tee -a "$SUMMARY"; say "BUILD FAILED"; exit 1
 fi
-echo "build: $(( $(date +%s) - start )) s"
+say "build: $(( $(date +%s) - start )) s"
 
-if [ "$WHAT" = all ] || [ "$WHAT" = tests ]; then
-  (cd "$FPTRAIN_BUILD_DIR" && ctest -R '_gpu' --output-on-failure -j1) >"$OUT/gpu-tests.log" 2>&1 || status=1
-  grep -E "tests passed|tests failed|Failed|\*\*\*" "$OUT/gpu-tests.log" | tail -20
+if [ "$PHASE" = all ] || [ "$PHASE" = tests ]; then
+  start=$(date +%s)
+  (cd "$FPTRAIN_BUILD_DIR" && ctest -R '_gpu' --output-on-failure -j1) >"$WORK/gpu-tests.log" 2>&1 || status=1
+  grep -E "tests passed|tests failed|\(Failed\)|\(Timeout\)|Not Run|Bf16|error|max rel" "$WORK/gpu-tests.log" | tail -40 | tee -a "$SUMMARY"
+  say "gpu tests: $(( $(date +%s) - start )) s"
 fi
-if [ "$WHAT" = all ] || [ "$WHAT" = bench ]; then
+if [ "$PHASE" = all ] || [ "$PHASE" = bench ]; then
   for b in "$ROOT"/benchmarks/*/run_gpu.sh; do
-    [ -f "$b" ] || continue
     name=$(basename "$(dirname "$b")")
-    echo "== benchmark $name"
-    FPTRAIN_BUILD_DIR=$FPTRAIN_BUILD_DIR OUT=$OUT bash "$b" >"$OUT/bench-$name.log" 2>&1 || { status=1; echo "FAILED"; }
-    tail -25 "$OUT/bench-$name.log"
+    if [ ${#ONLY[@]} -gt 0 ] && [[ ! " ${ONLY[*]} " =~ " $name " ]]; then continue; fi
+    start=$(date +%s)
+    say "== benchmark $name"
+    mkdir -p "$WORK/$name"
+    FPTRAIN_BUILD_DIR=$FPTRAIN_BUILD_DIR OUT=$WORK/$name bash "$b" >"$WORK/bench-$name.log" 2>&1 || { status=1; say "FAILED"; }
+    tail -30 "$WORK/bench-$name.log" | tee -a "$SUMMARY" >/dev/null
+    find "$WORK/$name" -name '*.md' -exec cat {} \; | tee -a "$SUMMARY" >/dev/null
+    say "($name: $(( $(date +%s) - start )) s)"
   done
 fi
 exit $status
