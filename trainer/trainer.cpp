@@ -1,6 +1,7 @@
 #include "trainer/trainer.h"
 
 #include "data/data_pipeline.h"
+#include "data/data_report.h"
 #include "models/checkpoint.h"
 #include "trainer/adamw.h"
 #include "trainer/checkpoint_store.h"
@@ -19,6 +20,7 @@
 #include <chrono>
 #include <csignal>
 #include <fstream>
+#include <sstream>
 #include <stdexcept>
 
 namespace fptrain::trainer {
@@ -289,6 +291,7 @@ TrainOutcome Run::execute() {
   outcome.summary["dtype"] = models::dtype_name(dtype_);
   outcome.summary["attention"] = std::string(attention::backend_name(backend_));
   if (last_checkpoint_) outcome.summary["checkpoint"] = last_checkpoint_->string();
+  outcome.summary["data"] = cursor_.stats.to_json();  // every example read: used, truncated, dropped, skipped
   std::ofstream(output_dir_ / "summary.json") << outcome.summary.dump(2) << "\n";
 
   const auto& t = metrics_->totals();
@@ -319,6 +322,12 @@ TrainOutcome Run::execute() {
   }
   line += " | " + format_duration(seconds_since(run_start)) + " | summary " + (output_dir_ / "summary.json").string();
   log::info(line);
+  // The data accounting (nothing is dropped silently).
+  std::ostringstream data_stats;
+  data::print_data_stats(data_stats, cursor_.stats);
+  std::istringstream lines(data_stats.str());
+  for (std::string l; std::getline(lines, l);)
+    if (!l.empty()) log::info("data: " + l);
   return outcome;
 }
 
