@@ -284,7 +284,7 @@ const std::vector<KeyDef>& key_defs() {
     add("checkpoint.save_final", "save a checkpoint when training ends",
         [](auto& n, auto& c, auto& w) { c.checkpoint.save_final = as_bool(n, w); });
     // top level
-    add("output_dir", "run directory: config.yaml, metrics.jsonl, summary.json, checkpoints/",
+    add("output_dir", "run directory: config.yaml, train.log, metrics.jsonl, summary.json, checkpoints/",
         [](auto& n, auto& c, auto& w) { c.output_dir = as_string(n, w); });
     add("resume", "auto (latest checkpoint in output_dir, if any) | none | <checkpoint dir>",
         [](auto& n, auto& c, auto& w) { c.resume = as_string(n, w); });

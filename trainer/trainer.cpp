@@ -80,6 +80,8 @@ class Run {
 };
 
 void Run::set_up() {
+  fs::create_directories(output_dir_);
+  log::also_to_file((output_dir_ / "train.log").string());
   device_ = resolve_device(config_.device, config_.cpu_threads);
   dtype_ = resolve_dtype(config_.model.dtype, device_.device);
   backend_ = resolve_backend(config_.model.attention, device_.device);
@@ -127,7 +129,6 @@ void Run::set_up() {
     at::manual_seed(config_.training.seed);
   }
 
-  fs::create_directories(output_dir_);
   std::ofstream(output_dir_ / "config.yaml") << to_yaml(config_);
   metrics_ = std::make_unique<MetricsLogger>(output_dir_, total_steps_, model_.config.num_parameters(), device_, step_);
 

@@ -1,6 +1,10 @@
 #include "trainer/log/log.h"
 
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+
+#include <memory>
 
 namespace fptrain::trainer::log {
 namespace {
@@ -32,5 +36,16 @@ void debug(const std::string& message) {
   spdlog::debug("{}", message);
 }
 void set_verbose(bool verbose) { spdlog::set_level(verbose ? spdlog::level::debug : spdlog::level::info); }
+
+void also_to_file(const std::string& path) {
+  setup_once();
+  auto console = std::make_shared<spdlog::sinks::stdout_color_sink_mt>();
+  auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path, /*truncate=*/false);
+  auto logger = std::make_shared<spdlog::logger>("fptrain", spdlog::sinks_init_list{console, file});
+  logger->set_level(spdlog::get_level());
+  logger->flush_on(spdlog::level::info);
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("[%H:%M:%S] %^%l%$ %v");
+}
 
 }  // namespace fptrain::trainer::log

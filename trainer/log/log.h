@@ -14,5 +14,7 @@ void warn(const std::string& message);
 void error(const std::string& message);
 void debug(const std::string& message);
 void set_verbose(bool verbose);  // debug messages on/off
+// Also appends every message to `path` (e.g. <output_dir>/train.log) from now on.
+void also_to_file(const std::string& path);
 
 }  // namespace fptrain::trainer::log
