@@ -17,8 +17,9 @@ struct ConfigArgs {
 
 inline void add_config_args(CLI::App& cmd, ConfigArgs& args) {
   cmd.add_option("config", args.file, "YAML configuration (see docs/configuration.md)")->required();
-  cmd.add_option("--set", args.overrides,
-                 "Override a key, e.g. --set optimizer.lr=1e-4 (repeatable; values are YAML)");
+  // One value per --set, so `--set a=1 CONFIG.yaml` leaves the positional alone.
+  cmd.add_option("--set", args.overrides, "Override a key, e.g. --set optimizer.lr=1e-4 (repeatable; values are YAML)")
+      ->allow_extra_args(false);
 }
 
 // Loads the file, applies the overrides in order, validates.

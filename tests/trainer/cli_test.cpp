@@ -28,6 +28,17 @@ TEST(Cli, VersionAndHelp) {
   for (const char* cmd : {"train", "eval", "data", "init"}) EXPECT_NE(h.output.find(cmd), std::string::npos);
   const CommandResult th = run_fptrain({"train", "--help"});
   EXPECT_NE(th.output.find("--set"), std::string::npos) << th.output;
+  // --set takes one value each, before or after the configuration file.
+  TempDir dir;
+  const std::string cfg = dir.write("c.yaml", base_config(dir / "run", "chat.jsonl", "training:\n  max_steps: 2\n"));
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"train", "--set", "optimizer.lr=0.25", "--set", "training.seed=9", cfg, "--print-config"},
+           {"train", cfg, "--set", "optimizer.lr=0.25", "--set", "training.seed=9", "--print-config"}}) {
+    const CommandResult p = run_fptrain(args);
+    ASSERT_EQ(p.exit_code, 0) << p.output;
+    EXPECT_NE(p.output.find("lr: 0.25"), std::string::npos) << p.output;
+    EXPECT_NE(p.output.find("seed: 9"), std::string::npos) << p.output;
+  }
   EXPECT_NE(run_fptrain({}).exit_code, 0);
 }
 
