@@ -58,6 +58,11 @@ bool fptrain_kernels_available() {
   return prop->major == 9 && prop->minor == 0;
 }
 
+bool fptrain_kernels_support(int64_t head_dim, at::ScalarType dtype) {
+  return (head_dim == 64 || head_dim == 128) && (dtype == at::kBFloat16 || dtype == at::kHalf) &&
+         fptrain_kernels_available();
+}
+
 at::Tensor fptrain_varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                     const VarlenSpec& spec) {
   return FptrainAttention::apply(q, k, v, spec.cu_seqlens, spec.max_seqlen, spec.causal, spec.window,

@@ -5,6 +5,7 @@
 #include "tests/models_gpu/bf16_parity.h"
 
 #include "attention/fptrain_backend.h"
+#include "models/model_config.h"
 
 #include <gtest/gtest.h>
 
@@ -14,12 +15,13 @@
 namespace fptrain::models {
 namespace {
 
-std::vector<attention::Backend> cuda_backends() {
+std::vector<attention::Backend> cuda_backends(int64_t head_dim) {
   std::vector<attention::Backend> out{attention::Backend::Reference, attention::Backend::TorchFA2};
-  if (attention::fptrain_kernels_available()) {
+  if (attention::fptrain_kernels_support(head_dim, at::kBFloat16)) {
     out.push_back(attention::Backend::Fptrain);
   } else {
-    std::printf("attention backend fptrain: kernels not available in this build/device, not compared\n");
+    std::printf("attention backend fptrain: no kernels for head dim %lld in this build/device, not compared\n",
+                static_cast<long long>(head_dim));
   }
   return out;
 }
@@ -31,7 +33,8 @@ TEST_P(Bf16Parity, WithinTwiceTransformersOwnBf16Error) {
   const std::string name = GetParam();
   const auto dir = testing::fixture_dir(FPTRAIN_FIXTURE_DIR);
   const testing::Golden ref(dir / (name + "-ref.safetensors")), hf(dir / (name + "-hf.safetensors"));
-  for (attention::Backend backend : cuda_backends()) {
+  const int64_t head_dim = load_model_config(dir / name / "config.json").head_dim;
+  for (attention::Backend backend : cuda_backends(head_dim)) {
     CausalLM model = testing::load_model(dir / name, at::kBFloat16, at::Device(at::kCUDA, 0), backend);
     for (bool packed : {false, true}) {
       const std::string label =

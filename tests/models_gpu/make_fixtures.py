@@ -28,14 +28,14 @@ COMMON = dict(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden
 
 MODELS = {
     "llama": (LlamaConfig, LlamaForCausalLM, dict(
-        COMMON, num_attention_heads=8, num_key_value_heads=2, attention_bias=True, mlp_bias=True,
+        COMMON, num_attention_heads=4, num_key_value_heads=2, attention_bias=True, mlp_bias=True,
         rope_parameters=dict(rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0,
                              high_freq_factor=4.0, original_max_position_embeddings=1024)), "200KB"),
     "mistral": (MistralConfig, MistralForCausalLM, dict(
         COMMON, num_attention_heads=8, num_key_value_heads=4, head_dim=64, sliding_window=48,
         rope_theta=10000.0), None),
     "granite": (GraniteConfig, GraniteForCausalLM, dict(
-        COMMON, num_attention_heads=8, num_key_value_heads=8, tie_word_embeddings=True,
+        COMMON, num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=True,
         embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.0625, logits_scaling=8.0,
         attention_bias=True, rope_parameters=dict(rope_type="linear", rope_theta=10000.0, factor=4.0)), None),
 }
