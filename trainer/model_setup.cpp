@@ -13,18 +13,24 @@ at::ScalarType resolve_dtype(const std::string& name, const at::Device& device) 
   return models::dtype_from_name(name);
 }
 
-attention::Backend resolve_backend(const std::string& name, const at::Device& device) {
+attention::Backend resolve_backend(const std::string& name, const at::Device& device, int64_t head_dim,
+                                   at::ScalarType dtype) {
+  const bool half = dtype == at::kBFloat16 || dtype == at::kHalf;
   if (name == "auto") {
     if (!device.is_cuda()) return attention::Backend::Reference;
-    return attention::fptrain_kernels_available() ? attention::Backend::Fptrain : attention::Backend::TorchFA2;
+    if (attention::fptrain_kernels_support(head_dim, dtype)) return attention::Backend::Fptrain;
+    return half ? attention::Backend::TorchFA2 : attention::Backend::Reference;
   }
   const attention::Backend b = attention::parse_backend(name);
-  if (b != attention::Backend::Reference && !device.is_cuda())
-    throw std::invalid_argument("model.attention: '" + name + "' needs a CUDA device; the run is on " +
-                                device.str() + " (use reference or auto)");
-  if (b == attention::Backend::Fptrain && !attention::fptrain_kernels_available())
-    throw std::invalid_argument("model.attention: 'fptrain' kernels are not available on this GPU/build "
-                                "(use torch-fa2 or auto)");
+  if (b == attention::Backend::Reference) return b;
+  const std::string what = "model.attention: '" + name + "' ";
+  if (!device.is_cuda())
+    throw std::invalid_argument(what + "needs a CUDA device; the run is on " + device.str() + " (use reference or auto)");
+  if (!half)
+    throw std::invalid_argument(what + "needs bfloat16 or float16 weights; model.dtype is " + models::dtype_name(dtype));
+  if (b == attention::Backend::Fptrain && !attention::fptrain_kernels_support(head_dim, dtype))
+    throw std::invalid_argument(what + "kernels do not run here (they need an sm_90 GPU and head_dim 64 or 128; "
+                                "this model has head_dim " + std::to_string(head_dim) + "); use torch-fa2 or auto");
   return b;
 }
 

@@ -18,9 +18,11 @@ namespace fptrain::trainer {
 
 // auto: bfloat16 on CUDA, float32 on CPU.
 at::ScalarType resolve_dtype(const std::string& name, const at::Device& device);
-// auto: fptrain on CUDA when our kernels run on this GPU, else torch-fa2; reference on CPU.
-// An explicit CUDA-only backend on the CPU is an error.
-attention::Backend resolve_backend(const std::string& name, const at::Device& device);
+// auto: on CUDA, fptrain where our kernels run (this GPU, this head_dim and dtype), else
+// torch-fa2 (bf16/fp16), else reference; reference on the CPU. An explicit backend
+// that cannot run the model here is an error naming why.
+attention::Backend resolve_backend(const std::string& name, const at::Device& device, int64_t head_dim,
+                                   at::ScalarType dtype);
 
 struct LoadedModel {
   models::ModelConfig config;

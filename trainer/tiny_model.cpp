@@ -26,7 +26,7 @@ struct Preset {
 const std::vector<Preset>& presets() {
   static const std::vector<Preset> p = {
       {"test", 64, 176, 2, 4, 2, 512},
-      {"tiny", 128, 352, 4, 4, 2, 2048},
+      {"tiny", 128, 352, 4, 2, 1, 2048},  // head_dim 64: our GPU kernels take 64 and 128
       {"small", 512, 1408, 8, 8, 4, 8192},
       {"llama-1b", 2048, 8192, 16, 32, 8, 128256, true},
   };

@@ -84,15 +84,18 @@ void Run::set_up() {
   log::also_to_file((output_dir_ / "train.log").string());
   device_ = resolve_device(config_.device, config_.cpu_threads);
   dtype_ = resolve_dtype(config_.model.dtype, device_.device);
-  backend_ = resolve_backend(config_.model.attention, device_.device);
   resume_from_ = resolve_resume(config_);
+  const fs::path weights_dir = resume_from_ ? *resume_from_ : fs::path(config_.model.path);
+  if (!fs::is_regular_file(weights_dir / "config.json"))
+    throw std::invalid_argument(weights_dir.string() + ": no config.json (model.path must be a Hugging Face model folder)");
+  backend_ = resolve_backend(config_.model.attention, device_.device,
+                             models::load_model_config(weights_dir / "config.json").head_dim, dtype_);
 
   std::optional<TrainingState> state;
   if (resume_from_) state = load_training_state(*resume_from_);
 
   // The model: the checkpoint's weights when resuming (the optimizer state then
   // restores the fp32 masters exactly), else the configured model.
-  const fs::path weights_dir = resume_from_ ? *resume_from_ : fs::path(config_.model.path);
   model_ = load_model(weights_dir, dtype_, device_.device, backend_, /*trainable=*/true);
   set_activation_checkpointing(*model_.model, config_.model.activation_checkpointing);
   tokenizer_ = load_checked_tokenizer(config_.model.path, model_.config);
