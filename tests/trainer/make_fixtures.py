@@ -2,6 +2,7 @@
 
   <out>/llama/          a tiny LlamaForCausalLM saved by transformers (random init, GQA 4/2)
                         with a SentencePiece BPE tokenizer (tokenizer.model, LlamaTokenizer)
+  <out>/llama64/        the same with head_dim 64 (2 heads, 1 key/value head), for the GPU tests
   <out>/tokens.jsonl    240 pre-tokenized examples {input_ids, labels}: arithmetic
                         progressions (learnable), the first part of each masked as a prompt
   <out>/chat.jsonl      96 `messages` examples (user / assistant) in plain English
@@ -72,6 +73,18 @@ def main():
                          rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
                          bos_token_id=1, eos_token_id=2, initializer_range=0.05)
     LlamaForCausalLM(config).save_pretrained(model_dir)
+
+    # head_dim 64 (what our GPU kernels take) for the GPU tests; same tokenizer.
+    wide_dir = out / "llama64"
+    wide_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("tokenizer.model", "tokenizer_config.json"):
+        (wide_dir / name).write_bytes((model_dir / name).read_bytes())
+    torch.manual_seed(1)
+    wide = LlamaConfig(vocab_size=vocab, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                       num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
+                       rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
+                       bos_token_id=1, eos_token_id=2, initializer_range=0.05)
+    LlamaForCausalLM(wide).save_pretrained(wide_dir)
 
     with open(out / "tokens.jsonl", "w") as f:
         for i in range(240):

@@ -23,7 +23,7 @@ const std::string kTrain =
     "logging:\n  log_interval: 1\n";
 
 std::string gpu_config(const fs::path& run, const std::string& attention, const std::string& dtype) {
-  return "model:\n  path: " + fixture("llama").string() + "\n  dtype: " + dtype + "\n  attention: " + attention +
+  return "model:\n  path: " + fixture("llama64").string() + "\n  dtype: " + dtype + "\n  attention: " + attention +
          "\ndevice: cuda\noutput_dir: " + run.string() + "\ndata:\n  train: " + fixture("tokens.jsonl").string() +
          "\n  max_length: 256\n  shuffle: false\n" + kTrain;
 }
@@ -32,10 +32,11 @@ TEST(TrainGpu, Bf16WithMastersFollowsTheFp32CpuRun) {
   ASSERT_TRUE(at::hasCUDA());
   TempDir dir;
   const std::string cpu_cfg = dir.write("cpu.yaml", base_config(dir / "cpu", "tokens.jsonl", kTrain));
-  ASSERT_EQ(run_fptrain({"train", cpu_cfg}).exit_code, 0);
+  const CommandResult c = run_fptrain({"train", cpu_cfg, "--set", "model.path=" + fixture("llama64").string()});
+  ASSERT_EQ(c.exit_code, 0) << c.output;
   const auto cpu = train_records(dir / "cpu");
   std::vector<std::string> backends = {"torch-fa2"};
-  if (attention::fptrain_kernels_available()) backends.push_back("fptrain");
+  if (attention::fptrain_kernels_support(64, at::kBFloat16)) backends.push_back("fptrain");
   for (const auto& backend : backends) {
     const std::string cfg = dir.write(backend + ".yaml", gpu_config(dir / backend, backend, "bfloat16"));
     const CommandResult r = run_fptrain({"train", cfg});
@@ -64,15 +65,16 @@ TEST(TrainGpu, AutoPicksCudaAndBf16) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto summary = nlohmann::json::parse(read_file(dir / "auto" / "summary.json"));
   EXPECT_EQ(summary["dtype"], "bfloat16");
-  EXPECT_NE(summary["attention"], "reference");
+  // head_dim 64: our kernels where they run (sm_90), else FlashAttention-2.
+  EXPECT_EQ(summary["attention"], attention::fptrain_kernels_support(64, at::kBFloat16) ? "fptrain" : "torch-fa2");
   EXPECT_NE(summary["device"].get<std::string>().find("NVIDIA"), std::string::npos) << summary.dump();
 }
 
 TEST(TrainGpu, ActivationCheckpointingKeepsTheGradients) {
-  const models::ModelConfig config = models::load_model_config(fixture("llama") / "config.json");
+  const models::ModelConfig config = models::load_model_config(fixture("llama64") / "config.json");
   auto grads = [&](int64_t every_k) {
     models::TensorMap params =
-        models::load_pretrained_weights(fixture("llama"), config, at::kBFloat16, at::Device(at::kCUDA, 0));
+        models::load_pretrained_weights(fixture("llama64"), config, at::kBFloat16, at::Device(at::kCUDA, 0));
     for (auto& [n, t] : params) t.requires_grad_(true);
     models::CausalLM model(config, params, attention::Backend::TorchFA2);
     set_activation_checkpointing(model, every_k);
