@@ -59,7 +59,7 @@ Grads run(int64_t every_k) {
   return g;
 }
 
-TEST(ActivationCheckpointing, GradientsEqualThePlainBackward) {
+TEST(TrainActivationCheckpointing, GradientsEqualThePlainBackward) {
   const Grads plain = run(0);
   for (int64_t k : {1, 2, 3}) {
     const Grads ckpt = run(k);
@@ -74,7 +74,7 @@ TEST(ActivationCheckpointing, GradientsEqualThePlainBackward) {
   }
 }
 
-TEST(ActivationCheckpointing, NoGradForwardIsUnaffected) {
+TEST(TrainActivationCheckpointing, NoGradForwardIsUnaffected) {
   const models::ModelConfig config = tiny_config();
   models::TensorMap params = models::init_parameters(config, 5);
   models::CausalLM model(config, params, attention::Backend::Reference);

@@ -20,7 +20,7 @@ void set_grads(std::vector<at::Tensor>& params, double scale) {
   for (auto& p : params) p.mutable_grad() = (at::randn(p.sizes()) * scale).to(p.scalar_type());
 }
 
-TEST(AdamW, MasterWeightsKeepFp32AndRoundIntoTheModel) {
+TEST(TrainAdamW, MasterWeightsKeepFp32AndRoundIntoTheModel) {
   auto params = make_params(at::kBFloat16);
   OptimizerSection o;
   o.lr = 1e-2;
@@ -40,7 +40,7 @@ TEST(AdamW, MasterWeightsKeepFp32AndRoundIntoTheModel) {
   EXPECT_FALSE(params[0].grad().defined());
 }
 
-TEST(AdamW, MasterWeightsAccumulateMicroBatchGradientsInFp32) {
+TEST(TrainAdamW, MasterWeightsAccumulateMicroBatchGradientsInFp32) {
   auto params = make_params(at::kBFloat16);
   OptimizerSection o;
   AdamW opt({"a", "b"}, params, o);
@@ -55,7 +55,7 @@ TEST(AdamW, MasterWeightsAccumulateMicroBatchGradientsInFp32) {
   EXPECT_NEAR(norm, 64 * (1.0 + 1.0 / 128) * std::sqrt(7.0), 1e-4);
 }
 
-TEST(AdamW, PureModelDtypeWithoutMasters) {
+TEST(TrainAdamW, PureModelDtypeWithoutMasters) {
   auto params = make_params(at::kBFloat16);
   OptimizerSection o;
   o.master_weights = false;
@@ -68,7 +68,7 @@ TEST(AdamW, PureModelDtypeWithoutMasters) {
   EXPECT_FALSE(at::equal(before, params[1].detach()));
 }
 
-TEST(AdamW, ClipGradNormMatchesTheDefinition) {
+TEST(TrainAdamW, ClipGradNormMatchesTheDefinition) {
   auto params = make_params(at::kFloat);
   AdamW opt({"a", "b"}, params, OptimizerSection{});
   set_grads(params, 3.0);
@@ -82,7 +82,7 @@ TEST(AdamW, ClipGradNormMatchesTheDefinition) {
   EXPECT_TRUE(at::allclose(params[0].grad(), g0 * (1.0 / (norm + 1e-6)), 1e-6, 1e-7));
 }
 
-TEST(AdamW, StateRoundTripContinuesBitIdentically) {
+TEST(TrainAdamW, StateRoundTripContinuesBitIdentically) {
   OptimizerSection o;
   o.weight_decay = 0.05;
   auto a_params = make_params(at::kFloat);
@@ -106,7 +106,7 @@ TEST(AdamW, StateRoundTripContinuesBitIdentically) {
   EXPECT_EQ(b.steps_taken(), 3);
 }
 
-TEST(AdamW, LoadStateRejectsMismatchedShapes) {
+TEST(TrainAdamW, LoadStateRejectsMismatchedShapes) {
   auto params = make_params(at::kFloat);
   AdamW opt({"a", "b"}, params, OptimizerSection{});
   auto state = opt.state();

@@ -20,7 +20,7 @@ const std::string kShort =
     "optimizer:\n  lr: 3.0e-3\n"
     "logging:\n  log_interval: 1\n";
 
-TEST(Checkpoint, TransformersLoadsItWithTheSameLogits) {
+TEST(TrainCheckpoint, TransformersLoadsItWithTheSameLogits) {
   TempDir dir;
   const fs::path run = dir / "run";
   const std::string cfg = dir.write("c.yaml", base_config(run, "chat.jsonl", kShort + "training:\n  max_steps: 6\n"));
@@ -74,7 +74,7 @@ TEST(Checkpoint, TransformersLoadsItWithTheSameLogits) {
   }
 }
 
-TEST(Checkpoint, KeepLastPrunesAndResumePicksTheLatest) {
+TEST(TrainCheckpoint, KeepLastPrunesAndResumePicksTheLatest) {
   TempDir dir;
   const fs::path run = dir / "run";
   const std::string cfg = dir.write("c.yaml", base_config(run, "chat.jsonl",
@@ -102,7 +102,7 @@ TEST(Checkpoint, KeepLastPrunesAndResumePicksTheLatest) {
   EXPECT_EQ(train_records(run).size(), 9u);
 }
 
-TEST(Checkpoint, ResumeFromAnExplicitFolder) {
+TEST(TrainCheckpoint, ResumeFromAnExplicitFolder) {
   TempDir dir;
   const fs::path run = dir / "run";
   const std::string cfg = dir.write("c.yaml", base_config(run, "chat.jsonl",

@@ -19,7 +19,7 @@ namespace {
 
 using namespace testing;
 
-TEST(Cli, VersionAndHelp) {
+TEST(TrainCli, VersionAndHelp) {
   const CommandResult v = run_fptrain({"--version"});
   EXPECT_EQ(v.exit_code, 0);
   EXPECT_NE(v.output.find("fptrain "), std::string::npos) << v.output;
@@ -42,7 +42,7 @@ TEST(Cli, VersionAndHelp) {
   EXPECT_NE(run_fptrain({}).exit_code, 0);
 }
 
-TEST(Cli, UnknownKeyExitsWithSuggestion) {
+TEST(TrainCli, UnknownKeyExitsWithSuggestion) {
   TempDir dir;
   const std::string text = base_config(dir / "run", "chat.jsonl", "training:\n  max_steps: 2\noptimizer:\n  weight_decy: 1\n");
   const std::string cfg = dir.write("bad.yaml", text);
@@ -54,7 +54,7 @@ TEST(Cli, UnknownKeyExitsWithSuggestion) {
   EXPECT_FALSE(fs::exists(dir / "run" / "metrics.jsonl"));  // nothing started
 }
 
-TEST(Cli, BadValueAndBadOverrideExitWithTheKey) {
+TEST(TrainCli, BadValueAndBadOverrideExitWithTheKey) {
   TempDir dir;
   const std::string cfg = dir.write("c.yaml", base_config(dir / "run", "chat.jsonl", "training:\n  max_steps: 2\n"));
   CommandResult r = run_fptrain({"train", cfg, "--set", "batching.mode=padded"});
@@ -71,7 +71,7 @@ TEST(Cli, BadValueAndBadOverrideExitWithTheKey) {
   EXPECT_NE(r.output.find("cannot open"), std::string::npos) << r.output;
 }
 
-TEST(Cli, SigtermFinishesTheStepSavesAndExitsZero) {
+TEST(TrainCli, SigtermFinishesTheStepSavesAndExitsZero) {
   TempDir dir;
   const fs::path run = dir / "run";
   const std::string cfg = dir.write("c.yaml", base_config(run, "chat.jsonl",
@@ -109,7 +109,7 @@ TEST(Cli, SigtermFinishesTheStepSavesAndExitsZero) {
   EXPECT_EQ(latest->filename(), checkpoint_name(state.step));
 }
 
-TEST(Cli, InitWritesAModelAndTokenizerTransformersLoads) {
+TEST(TrainCli, InitWritesAModelAndTokenizerTransformersLoads) {
   TempDir dir;
   const fs::path model = dir / "tiny";
   const CommandResult r = run_fptrain({"init", model.string(), "--preset", "test", "--seed", "3"});
@@ -133,7 +133,7 @@ TEST(Cli, InitWritesAModelAndTokenizerTransformersLoads) {
   EXPECT_EQ(run_fptrain({"init", (dir / "x").string(), "--preset", "huge"}).exit_code, 2);
 }
 
-TEST(Cli, EvalAndDataReportRun) {
+TEST(TrainCli, EvalAndDataReportRun) {
   TempDir dir;
   const std::string cfg = dir.write("c.yaml", base_config(dir / "run", "chat.jsonl", "training:\n  max_steps: 2\n"));
   const CommandResult e = run_fptrain({"eval", cfg, "--json"});
@@ -147,7 +147,7 @@ TEST(Cli, EvalAndDataReportRun) {
   EXPECT_NE(d.output.find("pad"), std::string::npos) << d.output;
 }
 
-TEST(Cli, EvalOfTheFinalCheckpointMatchesTheRunsFinalEvaluation) {
+TEST(TrainCli, EvalOfTheFinalCheckpointMatchesTheRunsFinalEvaluation) {
   TempDir dir;
   const fs::path run = dir / "run";
   const std::string cfg = dir.write("c.yaml", base_config(run, "chat.jsonl",

@@ -72,7 +72,7 @@ resume: none
 device: cuda:1
 )";
 
-TEST(Config, EveryValueLandsInTheStruct) {
+TEST(TrainConfig, EveryValueLandsInTheStruct) {
   const TrainConfig c = parse_config(kFull, "full.yaml");
   EXPECT_EQ(c.model.path, "/models/llama");
   EXPECT_EQ(c.model.dtype, "bfloat16");
@@ -115,14 +115,14 @@ TEST(Config, EveryValueLandsInTheStruct) {
   EXPECT_NO_THROW(validate(c));
 }
 
-TEST(Config, ResolvedYamlReadsBackIdentically) {
+TEST(TrainConfig, ResolvedYamlReadsBackIdentically) {
   const TrainConfig c = parse_config(kFull, "full.yaml");
   const std::string yaml = to_yaml(c);
   const TrainConfig again = parse_config(yaml, "resolved.yaml");
   EXPECT_EQ(to_yaml(again), yaml);
 }
 
-TEST(Config, UnknownKeyNamesFileLineAndNearestKey) {
+TEST(TrainConfig, UnknownKeyNamesFileLineAndNearestKey) {
   const std::string text = "model:\n  path: m\noptimizer:\n  lr: 1.0e-3\n  weight_decy: 0.1\n";
   const std::string e = error_of([&] { parse_config(text, "run.yaml"); });
   EXPECT_NE(e.find("run.yaml:5"), std::string::npos) << e;
@@ -130,20 +130,20 @@ TEST(Config, UnknownKeyNamesFileLineAndNearestKey) {
   EXPECT_NE(e.find("did you mean 'optimizer.weight_decay'"), std::string::npos) << e;
 }
 
-TEST(Config, KeyInTheWrongSectionSuggestsWhereItLives) {
+TEST(TrainConfig, KeyInTheWrongSectionSuggestsWhereItLives) {
   const std::string e = error_of([] { parse_config("training:\n  lr: 0.1\n", "c.yaml"); });
   EXPECT_NE(e.find("did you mean 'optimizer.lr'"), std::string::npos) << e;
   const std::string s = error_of([] { parse_config("optimiser:\n  lr: 0.1\n", "c.yaml"); });
   EXPECT_NE(s.find("did you mean 'optimizer'"), std::string::npos) << s;
 }
 
-TEST(Config, UnrelatedUnknownKeyPointsToTheDocs) {
+TEST(TrainConfig, UnrelatedUnknownKeyPointsToTheDocs) {
   const std::string e = error_of([] { parse_config("flux_capacitor: 1\n", "c.yaml"); });
   EXPECT_NE(e.find("unknown key 'flux_capacitor'"), std::string::npos) << e;
   EXPECT_NE(e.find("docs/configuration.md"), std::string::npos) << e;
 }
 
-TEST(Config, BadValuesNameTheKeyAndTheProblem) {
+TEST(TrainConfig, BadValuesNameTheKeyAndTheProblem) {
   struct Case {
     std::string yaml, expect;
   };
@@ -172,7 +172,7 @@ TEST(Config, BadValuesNameTheKeyAndTheProblem) {
   }
 }
 
-TEST(Config, OverridesAreValidatedLikeTheFile) {
+TEST(TrainConfig, OverridesAreValidatedLikeTheFile) {
   TrainConfig c = parse_config("model:\n  path: m\n", "c.yaml");
   apply_override(c, "optimizer.lr=3e-4");
   apply_override(c, "optimizer.betas=[0.8, 0.9]");
@@ -194,7 +194,7 @@ TEST(Config, OverridesAreValidatedLikeTheFile) {
   EXPECT_NE(e.find("expected key.path=value"), std::string::npos) << e;
 }
 
-TEST(Config, CrossFieldChecks) {
+TEST(TrainConfig, CrossFieldChecks) {
   auto check = [](const std::string& yaml, const std::string& expect) {
     const std::string e = error_of([&] { validate(parse_config(yaml, "c.yaml")); });
     EXPECT_NE(e.find(expect), std::string::npos) << yaml << "\n" << e;
@@ -213,20 +213,20 @@ TEST(Config, CrossFieldChecks) {
   EXPECT_NO_THROW(validate(parse_config(ok + "training:\n  epochs: 2\n", "c.yaml")));
 }
 
-TEST(Config, SuggestionUsesEditDistance) {
+TEST(TrainConfig, SuggestionUsesEditDistance) {
   EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
   EXPECT_EQ(edit_distance("", "abc"), 3u);
   EXPECT_EQ(edit_distance("lr", "lr"), 0u);
 }
 
-TEST(Config, EveryKeyIsDocumented) {
+TEST(TrainConfig, EveryKeyIsDocumented) {
   const std::string doc = read_file(source_file("docs/configuration.md"));
   ASSERT_FALSE(doc.empty()) << "docs/configuration.md is missing";
   for (const auto& k : config_keys())
     EXPECT_NE(doc.find("`" + k.path + "`"), std::string::npos) << "key not documented: " << k.path;
 }
 
-TEST(Config, EveryExampleConfigIsValid) {
+TEST(TrainConfig, EveryExampleConfigIsValid) {
   int n = 0;
   for (const auto& e : std::filesystem::directory_iterator(source_file("configs"))) {
     if (e.path().extension() != ".yaml") continue;

@@ -33,7 +33,7 @@ std::vector<nlohmann::json> train(const TempDir& dir, const std::string& name, c
   return train_records(run);
 }
 
-TEST(Equivalence, GradAccumulationEqualsOneLargerMicroBatch) {
+TEST(TrainEquivalence, GradAccumulationEqualsOneLargerMicroBatch) {
   TempDir dir;
   const auto a = train(dir, "accum", "tokens.jsonl",
                        "batching:\n  examples_per_micro_batch: 2\n  grad_accumulation: 4\n"
@@ -63,7 +63,7 @@ TEST(Equivalence, GradAccumulationEqualsOneLargerMicroBatch) {
   }
 }
 
-TEST(Equivalence, FlattenAndPadGiveTheSameLoss) {
+TEST(TrainEquivalence, FlattenAndPadGiveTheSameLoss) {
   TempDir dir;
   const std::string common = "training:\n  max_steps: 8\n";
   const auto flat = train(dir, "flatten", "chat.jsonl",
@@ -82,7 +82,7 @@ TEST(Equivalence, FlattenAndPadGiveTheSameLoss) {
   EXPECT_GT(padding, 0.0);  // the pad run really computed padding
 }
 
-TEST(Equivalence, StopAndResumeIsBitIdentical) {
+TEST(TrainEquivalence, StopAndResumeIsBitIdentical) {
   TempDir dir;
   const std::string extra =
       "batching:\n  examples_per_micro_batch: 3\n  grad_accumulation: 2\n"
@@ -117,7 +117,7 @@ TEST(Equivalence, StopAndResumeIsBitIdentical) {
   }
 }
 
-TEST(Equivalence, ActivationCheckpointingTrainsIdentically) {
+TEST(TrainEquivalence, ActivationCheckpointingTrainsIdentically) {
   TempDir dir;
   const std::string extra = "batching:\n  examples_per_micro_batch: 4\n  grad_accumulation: 2\ntraining:\n  max_steps: 6\n";
   const auto plain = train(dir, "plain", "chat.jsonl", extra);
@@ -130,7 +130,7 @@ TEST(Equivalence, ActivationCheckpointingTrainsIdentically) {
   }
 }
 
-TEST(Equivalence, PackModeEpochTrainsOnEveryExampleOnce) {
+TEST(TrainEquivalence, PackModeEpochTrainsOnEveryExampleOnce) {
   TempDir dir;
   // training.epochs instead of max_steps: the steps are counted from the data first.
   const auto rec = train(dir, "pack", "chat.jsonl",
@@ -148,7 +148,7 @@ TEST(Equivalence, PackModeEpochTrainsOnEveryExampleOnce) {
   EXPECT_EQ(summary["total_steps"].get<int64_t>(), static_cast<int64_t>(rec.size()));
 }
 
-TEST(Equivalence, Bf16WithFp32MasterWeightsFollowsFp32) {
+TEST(TrainEquivalence, Bf16WithFp32MasterWeightsFollowsFp32) {
   TempDir dir;
   const std::string extra = "batching:\n  examples_per_micro_batch: 4\n  grad_accumulation: 2\ntraining:\n  max_steps: 8\n";
   const auto fp32 = train(dir, "fp32", "tokens.jsonl", extra);

@@ -9,7 +9,7 @@
 namespace fptrain::trainer {
 namespace {
 
-TEST(LrSchedule, WarmupThenCosineToMinLr) {
+TEST(TrainSchedule, WarmupThenCosineToMinLr) {
   ScheduleSection s;
   s.warmup_steps = 4;
   s.decay = "cosine";
@@ -22,7 +22,7 @@ TEST(LrSchedule, WarmupThenCosineToMinLr) {
   for (int64_t i = 4; i < 13; ++i) EXPECT_GT(learning_rate(s, 1.0, i, 14), learning_rate(s, 1.0, i + 1, 14));
 }
 
-TEST(LrSchedule, LinearAndConstant) {
+TEST(TrainSchedule, LinearAndConstant) {
   ScheduleSection s;
   s.decay = "linear";
   EXPECT_DOUBLE_EQ(learning_rate(s, 2.0, 0, 4), 1.5);

@@ -26,7 +26,7 @@ StepRecord record(int64_t step, double loss) {
   return r;
 }
 
-TEST(Metrics, RecordsHoldTheRequiredKeys) {
+TEST(TrainMetrics, RecordsHoldTheRequiredKeys) {
   TempDir dir;
   DeviceInfo dev;
   dev.name = "test";
@@ -50,7 +50,7 @@ TEST(Metrics, RecordsHoldTheRequiredKeys) {
   EXPECT_DOUBLE_EQ(recs[0]["mfu"].get<double>(), 6.0 * 1000 * 160 / 1e12);
 }
 
-TEST(Metrics, ResumeKeepsRecordsUpToTheCheckpoint) {
+TEST(TrainMetrics, ResumeKeepsRecordsUpToTheCheckpoint) {
   TempDir dir;
   DeviceInfo dev;
   {
@@ -67,7 +67,7 @@ TEST(Metrics, ResumeKeepsRecordsUpToTheCheckpoint) {
   EXPECT_DOUBLE_EQ(recs[3]["loss"].get<double>(), 2.0);
 }
 
-TEST(Metrics, NonFiniteLossStopsTheRun) {
+TEST(TrainMetrics, NonFiniteLossStopsTheRun) {
   TempDir dir;
   MetricsLogger m(dir.path(), 3, 10, DeviceInfo{}, 0);
   EXPECT_THROW(m.record(record(1, std::numeric_limits<double>::quiet_NaN()), 1), std::runtime_error);

@@ -12,7 +12,7 @@ using namespace testing;
 
 double rel(double a, double b) { return std::fabs(a - b) / std::max(std::fabs(b), 1e-12); }
 
-TEST(ReferenceLoop, EveryStepMatchesTransformersWithTorchAdamW) {
+TEST(TrainReferenceLoop, EveryStepMatchesTransformersWithTorchAdamW) {
   TempDir dir;
   const fs::path run = dir / "run";
   const std::string cfg = dir.write("train.yaml", base_config(run, "tokens.jsonl",
