@@ -55,6 +55,8 @@ class MetricsLogger {
   void record(const StepRecord& r, int64_t log_interval, bool force = false);
   void record_eval(int64_t step, double loss, int64_t supervised_tokens, double seconds);
   void note(const std::string& event, const nlohmann::json& fields);  // {"event": ...} records
+  // Writes the pending steps now (one device read); throws if the loss diverged.
+  void flush() { flush_interval(); }
 
   const RunTotals& totals() const { return totals_; }
   nlohmann::json summary() const;

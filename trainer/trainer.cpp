@@ -16,6 +16,10 @@
 
 #include <c10/core/GradMode.h>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <csignal>
@@ -62,6 +66,7 @@ class Run {
 
   TrainConfig config_;
   fs::path output_dir_;
+  std::unique_ptr<class OutputDirLock> lock_;
   DeviceInfo device_;
   at::ScalarType dtype_ = at::kFloat;
   attention::Backend backend_ = attention::Backend::Reference;
@@ -79,8 +84,30 @@ class Run {
   nlohmann::json counters_ = {{"tokens", 0}, {"supervised_tokens", 0}, {"train_seconds", 0.0}};
 };
 
+// One run per output_dir at a time: an advisory lock held while the run lives.
+class OutputDirLock {
+ public:
+  explicit OutputDirLock(const fs::path& dir) {
+    const fs::path path = dir / ".fptrain.lock";
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw std::runtime_error(path.string() + ": cannot open the run lock");
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0)
+      throw std::runtime_error(dir.string() + " is in use by another fptrain run (" + path.string() +
+                               " is locked); use another output_dir");
+  }
+  ~OutputDirLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  OutputDirLock(const OutputDirLock&) = delete;
+  OutputDirLock& operator=(const OutputDirLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 void Run::set_up() {
   fs::create_directories(output_dir_);
+  lock_ = std::make_unique<OutputDirLock>(output_dir_);
   log::also_to_file((output_dir_ / "train.log").string());
   device_ = resolve_device(config_.device, config_.cpu_threads);
   dtype_ = resolve_dtype(config_.model.dtype, device_.device);
@@ -192,6 +219,7 @@ StepRecord Run::train_step(const data::TrainStep& ts) {
 }
 
 fs::path Run::save(const data::DataCursor& cursor) {
+  metrics_->flush();  // a diverged loss stops here, before it overwrites a good checkpoint
   const auto start = Clock::now();
   TrainingState state;
   state.step = step_;

@@ -93,6 +93,10 @@ TEST(TrainCli, SigtermFinishesTheStepSavesAndExitsZero) {
   for (int i = 0; i < 1200 && train_records(run).size() < 3; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ASSERT_GE(train_records(run).size(), 3u) << read_file(log);
+  // A second run into the same output_dir is refused while this one lives.
+  const CommandResult second = run_fptrain({"train", cfg});
+  EXPECT_EQ(second.exit_code, 1) << second.output;
+  EXPECT_NE(second.output.find("in use by another fptrain run"), std::string::npos) << second.output;
   ASSERT_EQ(::kill(pid, SIGTERM), 0);
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
