@@ -127,7 +127,9 @@ std::vector<std::string> builtin_corpus(size_t n, uint64_t seed) {
   return out;
 }
 
-TinyModelSummary write_tiny_model(const std::filesystem::path& out_dir, const TinyModelOptions& options) {
+TinyModelSummary write_tiny_model(const std::filesystem::path& out, const TinyModelOptions& options) {
+  std::filesystem::path out_dir = out.lexically_normal();
+  if (out_dir.filename().empty()) out_dir = out_dir.parent_path();  // "dir/" -> "dir"
   const Preset* preset = nullptr;
   for (const auto& p : presets())
     if (p.name == options.preset) preset = &p;
