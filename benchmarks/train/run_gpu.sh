@@ -4,7 +4,9 @@
 #   2. a Llama-3.2-1B-shaped model (random init, bf16 weights, fp32 masters),
 #      FLAN-like generated data, pack mode, 16k tokens per micro-batch: tokens/s,
 #      MFU (6 N tokens/s over 989 TFLOP/s) and peak memory with torch-fa2 and,
-#      where they run, our kernels; plus torch-fa2 with activation checkpointing.
+#      where they run, our kernels; plus torch-fa2 with activation checkpointing;
+#      and the peer baseline: a plain transformers loop with padded batches
+#      (hf_baseline.py) on the same model and data.
 # Results: $OUT/train-bench.json and $OUT/train-bench.md.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -83,6 +85,19 @@ PY
 bench torch-fa2 --set model.attention=torch-fa2
 bench fptrain --set model.attention=fptrain || true
 bench torch-fa2-ckpt --set model.attention=torch-fa2 --set model.activation_checkpointing=every_layer
+
+echo "== peer: transformers, padded batches, SDPA, same model and data"
+for batch in 8 4; do
+  if "$PYTHON" benchmarks/train/hf_baseline.py --model "$WORK/llama-1b" --data "$WORK/flan.jsonl" --batch $batch \
+       --steps 20 > "$WORK/hf.out" 2> "$OUT/train-1b-hf.log"; then
+    tail -1 "$WORK/hf.out" | "$PYTHON" -c "
+import json, sys
+r = json.loads(sys.stdin.read()); r.update(attention='sdpa (padded, batch %s)' % r['batch'], device='$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)', first_loss=float('nan'))
+print(json.dumps(r))" > "$WORK/hf.json" && results+=("$WORK/hf.json") && cat "$WORK/hf.json"
+    break
+  fi
+  echo "transformers baseline with batch $batch failed (see train-1b-hf.log)"
+done
 
 "$PYTHON" - "$OUT" "${results[@]}" <<'PY'
 import datetime, json, sys
