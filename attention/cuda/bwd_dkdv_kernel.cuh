@@ -43,7 +43,7 @@ struct BwdTraits {
   using QTile = SlabTile<kBlockM, D>;
   using DsTile = SlabTile<kBlockN, kBlockM>;  // dS^T: rows are keys
   static constexpr int kRowStatBytes = kBlockM * 4;
-  static constexpr int kConsumerWarps = 8;
+  static constexpr int kConsumerThreads = 256;
   // dQ staging per consumer warpgroup: 64 query rows x D/2 fp32 as 32-float (128-byte) slabs.
   static constexpr int kDqSlabBytes = kBlockM * 128;
   static constexpr int kDqBytes = (D / 2 / 32) * kDqSlabBytes;
@@ -87,10 +87,12 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1)
 
   if (threadIdx.x == 0) {
     mbar_init(kv_full, 1);
-    mbar_init(kv_empty, Tr::kConsumerWarps);
+    // Empty barriers count every consumer thread: each arrives after its own reads of the
+    // item slot / row statistics (see release below).
+    mbar_init(kv_empty, Tr::kConsumerThreads);
     for (int s = 0; s < 2; ++s) {
       mbar_init(q_full(s), 32);  // the producer warp's lanes (row statistics) and lane 0's copies
-      mbar_init(q_empty(s), Tr::kConsumerWarps);
+      mbar_init(q_empty(s), Tr::kConsumerThreads);
     }
     mbar_init_fence();
   }
@@ -178,11 +180,10 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1)
     const int row0 = cw * 64 + wl * 16;  // this warp's first key row in the block
     const int64_t kv_stride = int64_t(sh.heads_kv) * D;
     const float scale_log2 = sh.scale * kLog2e;
-    // One arrival per warp, after all its lanes are done with the buffer.
-    auto release = [&](uint32_t bar) {
-      __syncwarp();
-      if (lane == 0) mbar_arrive(bar);
-    };
+    // Every thread arrives for itself: the producer's plain stores of the next item slot and
+    // row statistics are then ordered after each thread's own loads by the barrier alone
+    // (racecheck does not credit __syncwarp + one lane's arrival).
+    auto release = [&](uint32_t bar) { mbar_arrive(bar); };
 
     int item_iter = 0, q_iter = 0;
     for (;;) {
