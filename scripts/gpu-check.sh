@@ -24,6 +24,7 @@ pack() {
   tar -czf "$OUT/gpu-check-$PHASE.tar.gz" -C "$WORK" . 2>/dev/null
 }
 trap pack EXIT
+trap "exit 143" TERM INT
 
 say "$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader) | $(date -u +%FT%TZ)"
 start=$(date +%s)
