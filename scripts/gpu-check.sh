@@ -35,7 +35,7 @@ say "build: $(( $(date +%s) - start )) s"
 
 if [ "$PHASE" = all ] || [ "$PHASE" = tests ]; then
   start=$(date +%s)
-  (cd "$FPTRAIN_BUILD_DIR" && ctest -R '_gpu' --output-on-failure -j1) >"$WORK/gpu-tests.log" 2>&1 || status=1
+  (cd "$FPTRAIN_BUILD_DIR" && ctest -R '_gpu' -V -j1) >"$WORK/gpu-tests.log" 2>&1 || status=1
   grep -E "tests passed|tests failed|\(Failed\)|\(Timeout\)|Not Run|Bf16|error|max rel" "$WORK/gpu-tests.log" | tail -40 | tee -a "$SUMMARY"
   say "gpu tests: $(( $(date +%s) - start )) s"
 fi
