@@ -4,19 +4,12 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "data/metaspace_words.h"
 #include "data/unicode.h"
 #include "data/word_cache.h"
 
 namespace fptrain::data {
 namespace {
-
-const std::string kMetaspace = "\xE2\x96\x81";  // U+2581
-
-bool holds_inner_metaspace(const std::string& token) {
-  bool all = !token.empty() && token.size() % kMetaspace.size() == 0;
-  for (size_t i = 0; all && i < token.size(); i += kMetaspace.size()) all = token.compare(i, 3, kMetaspace) == 0;
-  return !all && token.find(kMetaspace, 1) != std::string::npos;
-}
 
 uint64_t pair_key(int32_t left, int32_t right) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
@@ -58,8 +51,9 @@ BpeModel::BpeModel(std::vector<std::string> vocab, const std::vector<std::pair<s
     byte_ids_[b] = ids_.find(token);
   }
   if (options_.unk_token) unk_id_ = ids_.find(*options_.unk_token);
-  split_at_metaspace_ = ids_.find(kMetaspace) >= 0 &&
-                        std::none_of(vocab_.begin(), vocab_.end(), holds_inner_metaspace);
+  split_at_metaspace_ = ids_.find(kMetaspaceMarker) >= 0 &&
+                        std::none_of(vocab_.begin(), vocab_.end(),
+                                     [](const std::string& t) { return crosses_metaspace_word(t); });
 
   size_t capacity = 16;
   while (capacity < merges.size() * 2) capacity <<= 1;
@@ -192,15 +186,7 @@ void BpeModel::tokenize(std::string_view piece, std::vector<int32_t>& ids) const
     tokenize_word(piece, ids);
     return;
   }
-  // Words: a run of "▁" and the characters up to the next "▁" after them.
-  size_t begin = 0;
-  while (begin < piece.size()) {
-    size_t end = begin;
-    while (end < piece.size() && piece.compare(end, kMetaspace.size(), kMetaspace) == 0) end += kMetaspace.size();
-    end = std::min(piece.find(kMetaspace, end), piece.size());
-    tokenize_word(piece.substr(begin, end - begin), ids);
-    begin = end;
-  }
+  for_each_metaspace_word(piece, [&](std::string_view word) { tokenize_word(word, ids); });
 }
 
 void BpeModel::tokenize_word(std::string_view word, std::vector<int32_t>& ids) const {

@@ -2,6 +2,7 @@
 
 #include <sentencepiece_processor.h>
 
+#include "data/metaspace_words.h"
 #include "data/word_cache.h"
 
 #include <algorithm>
@@ -111,22 +112,6 @@ Rewritten rewrite_model(const std::string& buf, const std::string& file) {
 
 }  // namespace
 
-namespace {
-
-const std::string kMetaspace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
-
-bool crosses_space_boundary(const std::string& piece) {
-  bool all_spaces = true;
-  for (size_t i = 0; i < piece.size(); i += kMetaspace.size()) {
-    if (piece.compare(i, kMetaspace.size(), kMetaspace) != 0) {
-      all_spaces = false;
-      break;
-    }
-  }
-  return !all_spaces && piece.find(kMetaspace, 1) != std::string::npos;
-}
-
-}  // namespace
 
 SentencePieceModel::SentencePieceModel(const std::filesystem::path& model_file)
     : file_(model_file.string()), cache_owner_(WordCache::new_owner()) {
@@ -159,7 +144,7 @@ SentencePieceModel::SentencePieceModel(const std::filesystem::path& model_file)
   unk_id_ = processor_->unk_id();
   splits_at_spaces_ = true;
   for (const auto& p : pieces_) {
-    if (crosses_space_boundary(p)) splits_at_spaces_ = false;
+    if (crosses_metaspace_word(p)) splits_at_spaces_ = false;
   }
 }
 
@@ -170,21 +155,14 @@ void SentencePieceModel::tokenize(std::string_view piece, std::vector<int32_t>& 
     encode_chunk(piece, ids);
     return;
   }
-  // Words: a run of "▁" and the characters up to the next "▁" after them.
-  size_t begin = 0;
-  while (begin < piece.size()) {
-    size_t end = begin;
-    while (end < piece.size() && piece.compare(end, kMetaspace.size(), kMetaspace) == 0) end += kMetaspace.size();
-    end = std::min(piece.find(kMetaspace, end), piece.size());
-    const std::string_view word = piece.substr(begin, end - begin);
-    WordCache& cache = WordCache::for_thread(cache_owner_);
+  WordCache& cache = WordCache::for_thread(cache_owner_);
+  for_each_metaspace_word(piece, [&](std::string_view word) {
     if (word.size() > WordCache::kMaxWordBytes || !cache.lookup(word, ids)) {
       const size_t start = ids.size();
       encode_chunk(word, ids);
       if (word.size() <= WordCache::kMaxWordBytes) cache.store(ids, start);
     }
-    begin = end;
-  }
+  });
 }
 
 void SentencePieceModel::encode_chunk(std::string_view piece, std::vector<int32_t>& ids) const {
