@@ -84,7 +84,6 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer_json(const std::filesystem::path& p
   const nlohmann::json j = read_json_file(file);
   if (!j.is_object()) throw std::runtime_error(file + ": expected a JSON object");
   const TransformersClass cls = classify(config.tokenizer_class, file);
-  const std::string metaspace = "\xE2\x96\x81";
 
   BpeSpec bpe = read_bpe(json_field(j, "model", file, "tokenizer"), file);
   TokenizerParts parts;
@@ -97,17 +96,7 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer_json(const std::filesystem::path& p
     case TransformersClass::kLlama: {
       // LlamaTokenizer.__init__: byte-fallback BPE, Metaspace, no normalizer.
       bpe.options = BpeOptions{std::nullopt, true, true, false};
-      const bool add_prefix_space = config.add_prefix_space.value_or(true);
-      const char* scheme = !add_prefix_space ? "never" : config.legacy.value_or(false) ? "always" : "first";
-      parts.pre_tokenizer = make_pre_tokenizer(
-          {{"type", "Metaspace"}, {"replacement", metaspace}, {"prepend_scheme", scheme}, {"split", false}}, file);
-      nlohmann::json decoders = nlohmann::json::array({
-          {{"type", "Replace"}, {"pattern", {{"String", metaspace}}}, {"content", " "}},
-          {{"type", "ByteFallback"}},
-          {{"type", "Fuse"}},
-      });
-      if (add_prefix_space) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
-      parts.decoder = make_decoder({{"type", "Sequence"}, {"decoders", decoders}}, file);
+      use_llama_metaspace_pipeline(parts, config, file);
       break;
     }
     case TransformersClass::kGpt2:

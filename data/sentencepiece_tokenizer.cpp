@@ -101,20 +101,7 @@ std::unique_ptr<Tokenizer> load_sentencepiece_tokenizer(const std::filesystem::p
   const std::string config_file = (model_file.parent_path() / "tokenizer_config.json").string();
   apply_config_tokens(config, parts, config_file);
 
-  // transformers: add_prefix_space (default true) and legacy (default false)
-  // pick Metaspace's prepend scheme.
-  const bool add_prefix_space = config.add_prefix_space.value_or(true);
-  const char* scheme = !add_prefix_space ? "never" : config.legacy.value_or(false) ? "always" : "first";
-  const std::string metaspace = "\xE2\x96\x81";
-  parts.pre_tokenizer = make_pre_tokenizer(
-      {{"type", "Metaspace"}, {"replacement", metaspace}, {"prepend_scheme", scheme}, {"split", false}}, file);
-  nlohmann::json decoders = nlohmann::json::array({
-      {{"type", "Replace"}, {"pattern", {{"String", metaspace}}}, {"content", " "}},
-      {{"type", "ByteFallback"}},
-      {{"type", "Fuse"}},
-  });
-  if (add_prefix_space) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
-  parts.decoder = make_decoder({{"type", "Sequence"}, {"decoders", decoders}}, file);
+  use_llama_metaspace_pipeline(parts, config, file);
 
   // The converted tokenizer has no post-processor, so transformers always
   // builds [bos] $A [eos] from add_bos_token / add_eos_token (default false).

@@ -3,9 +3,29 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include <nlohmann/json.hpp>
+
+#include "data/metaspace_words.h"
+#include "data/tokenizer_config.h"
 #include "data/unicode.h"
 
 namespace fptrain::data {
+
+void use_llama_metaspace_pipeline(TokenizerParts& parts, const TokenizerConfig& config, const std::string& file) {
+  const bool add_prefix_space = config.add_prefix_space.value_or(true);
+  const char* scheme = !add_prefix_space ? "never" : config.legacy.value_or(false) ? "always" : "first";
+  const std::string metaspace(kMetaspaceMarker);
+  parts.normalizer.reset();
+  parts.pre_tokenizer = make_pre_tokenizer(
+      {{"type", "Metaspace"}, {"replacement", metaspace}, {"prepend_scheme", scheme}, {"split", false}}, file);
+  nlohmann::json decoders = nlohmann::json::array({
+      {{"type", "Replace"}, {"pattern", {{"String", metaspace}}}, {"content", " "}},
+      {{"type", "ByteFallback"}},
+      {{"type", "Fuse"}},
+  });
+  if (add_prefix_space) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+  parts.decoder = make_decoder({{"type", "Sequence"}, {"decoders", decoders}}, file);
+}
 
 PipelineTokenizer::PipelineTokenizer(TokenizerParts parts) : parts_(std::move(parts)) {
   if (!parts_.model) throw std::invalid_argument("PipelineTokenizer needs a model");

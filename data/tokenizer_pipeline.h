@@ -30,6 +30,13 @@ struct TokenizerParts {
   std::optional<int32_t> bos_id, eos_id, pad_id;
 };
 
+struct TokenizerConfig;
+
+// transformers' LlamaTokenizer pipeline around a byte-fallback model: a Metaspace
+// pre-tokenizer whose prepend scheme follows add_prefix_space (default true) and
+// legacy (default false), no normalizer, and the matching decoder chain.
+void use_llama_metaspace_pipeline(TokenizerParts& parts, const TokenizerConfig& config, const std::string& file);
+
 class PipelineTokenizer final : public Tokenizer {
  public:
   explicit PipelineTokenizer(TokenizerParts parts);
