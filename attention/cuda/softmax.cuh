@@ -32,39 +32,9 @@ struct OnlineSoftmax {
     row_sum[0] = row_sum[1] = 0.f;
   }
 
-  // s: raw scores of the block (becomes P, unnormalised); o: output accumulator to rescale.
-  template <int NT, int OT>
-  __device__ __forceinline__ void update(float (&s)[NT][4], float (&o)[OT][4], float scale_log2) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = row_max[r];
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-      mx = quad_max(mx);
-      // A row with no visible key yet keeps -inf; use 0 as its reference so that
-      // exp2(-inf - ref) = 0 instead of NaN.
-      float ref = mx == -INFINITY ? 0.f : mx * scale_log2;
-      float alpha = fast_exp2(row_max[r] * scale_log2 - ref);  // 0 when row_max was -inf
-      row_max[r] = mx;
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        s[nt][2 * r] = fast_exp2(fmaf(s[nt][2 * r], scale_log2, -ref));
-        s[nt][2 * r + 1] = fast_exp2(fmaf(s[nt][2 * r + 1], scale_log2, -ref));
-        sum += s[nt][2 * r] + s[nt][2 * r + 1];
-      }
-      row_sum[r] = row_sum[r] * alpha + sum;
-#pragma unroll
-      for (int ot = 0; ot < OT; ++ot) {
-        o[ot][2 * r] *= alpha;
-        o[ot][2 * r + 1] *= alpha;
-      }
-    }
-  }
-
-  // The two halves of update(), so that the exponentials of a new score block can run
-  // while the previous P V product is still writing o: first the scores become P and the
-  // per-row rescale factors are returned, then o is rescaled once that product is done.
+  // One online-softmax step in two halves, so that the exponentials of a new score block
+  // can run while the previous P V product is still writing o: first the scores become P
+  // and the per-row rescale factors are returned, then o is rescaled once that product is done.
   template <int NT>
   __device__ __forceinline__ void scores_to_probs(float (&s)[NT][4], float scale_log2, float (&alpha)[2]) {
 #pragma unroll
@@ -73,6 +43,8 @@ struct OnlineSoftmax {
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
       mx = quad_max(mx);
+      // A row with no visible key yet keeps -inf; 0 as its reference makes
+      // exp2(-inf - ref) = 0 instead of NaN.
       const float ref = mx == -INFINITY ? 0.f : mx * scale_log2;
       alpha[r] = fast_exp2(row_max[r] * scale_log2 - ref);
       row_max[r] = mx;
