@@ -5,18 +5,18 @@
 namespace fptrain::attention {
 
 Backend parse_backend(std::string_view name) {
-  if (name == "reference") return Backend::Reference;
-  if (name == "torch-fa2") return Backend::TorchFA2;
-  if (name == "fptrain") return Backend::Fptrain;
+  if (name == "reference") return Backend::kReference;
+  if (name == "torch-fa2") return Backend::kTorchFA2;
+  if (name == "hopper" || name == "fptrain") return Backend::kHopper;  // "fptrain": its old name
   throw std::invalid_argument("unknown attention backend '" + std::string(name) +
-                              "' (expected fptrain, torch-fa2 or reference)");
+                              "' (expected hopper (alias fptrain), torch-fa2, reference)");
 }
 
 std::string_view backend_name(Backend backend) {
   switch (backend) {
-    case Backend::Reference: return "reference";
-    case Backend::TorchFA2: return "torch-fa2";
-    case Backend::Fptrain: return "fptrain";
+    case Backend::kReference: return "reference";
+    case Backend::kTorchFA2: return "torch-fa2";
+    case Backend::kHopper: return "hopper";
   }
   return "?";
 }

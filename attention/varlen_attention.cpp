@@ -2,7 +2,7 @@
 // hands the call to the chosen backend.
 #include "attention/varlen_attention.h"
 
-#include "attention/fptrain_backend.h"
+#include "attention/hopper_backend.h"
 #include "attention/reference_attention.h"
 #include "attention/torch_fa2_attention.h"
 
@@ -136,9 +136,9 @@ at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::
   if (q.size(0) == 0) return q.clone();  // no tokens: empty, still part of q's graph
 
   switch (backend) {
-    case Backend::Reference: return reference_varlen_attention(q, k, v, spec);
-    case Backend::TorchFA2: return torch_fa2_varlen_attention(q, k, v, spec);
-    case Backend::Fptrain: return fptrain_varlen_attention(q, k, v, spec);
+    case Backend::kReference: return reference_varlen_attention(q, k, v, spec);
+    case Backend::kTorchFA2: return torch_fa2_varlen_attention(q, k, v, spec);
+    case Backend::kHopper: return hopper_varlen_attention(q, k, v, spec);
   }
   throw std::invalid_argument("varlen_attention: unknown backend");
 }

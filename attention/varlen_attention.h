@@ -12,12 +12,12 @@
 namespace fptrain::attention {
 
 enum class Backend {
-  Reference,  // per-sequence math attention in ATen; any device, differentiable
-  TorchFA2,   // LibTorch's bundled FlashAttention-2 varlen (CUDA only)
-  Fptrain,    // our own kernels (CUDA sm_90a)
+  kReference,  // per-sequence math attention in ATen; any device, differentiable
+  kTorchFA2,   // LibTorch's bundled FlashAttention-2 varlen (CUDA only)
+  kHopper,     // our own kernels for Hopper (CUDA sm_90a); "fptrain" is accepted as its old name
 };
 
-Backend parse_backend(std::string_view name);  // "reference" | "torch-fa2" | "fptrain"
+Backend parse_backend(std::string_view name);  // "reference" | "torch-fa2" | "hopper" (alias "fptrain")
 std::string_view backend_name(Backend backend);
 
 struct VarlenSpec {

@@ -16,9 +16,9 @@ std::string fingerprint_of(const DataOptions& o, const ExampleSource& src) {
   // File names, not paths: a run may resume on a machine that mounts the data elsewhere.
   for (size_t f = 0; f < src.num_files(); ++f)
     s << src.file(f).path().filename().string() << '|' << src.file(f).file_size() << '|' << src.file(f).num_lines() << '|'
-      << o.files[f].weight << '|' << to_string(src.format(f)) << ';';
-  s << o.max_length << to_string(o.overlong) << to_string(src.chat_template()) << to_string(o.loss_mask)
-    << to_string(o.batching) << o.examples_per_micro_batch << '|' << o.max_tokens << '|' << o.shuffle_window
+      << o.files[f].weight << '|' << common::enum_name(src.format(f)) << ';';
+  s << o.max_length << common::enum_name(o.overlong) << common::enum_name(src.chat_template()) << common::enum_name(o.loss_mask)
+    << common::enum_name(o.batching) << o.examples_per_micro_batch << '|' << o.max_tokens << '|' << o.shuffle_window
     << '|' << o.shuffle << '|' << o.seed << '|' << o.world_size << '|' << o.micro_batches_per_step;
   uint64_t h = 1469598103934665603ull;  // FNV-1a
   for (char c : s.str()) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
@@ -38,6 +38,7 @@ BatchStream::BatchStream(const DataOptions& options, const ExampleSource& source
 
 void BatchStream::start_epoch(int64_t epoch, int64_t position) {
   epoch_ = epoch;
+  epoch_produced_ = position > 0;  // a resumed epoch has produced steps before
   std::vector<double> weights;
   for (const auto& f : options_.files) weights.push_back(f.weight);
   order_ = make_epoch_order(source_.lines_per_file(), weights, options_.shuffle, options_.seed, epoch);
@@ -239,9 +240,13 @@ std::optional<TrainStep> BatchStream::next_step() {
       s.rank_imbalance = mean > 0 ? static_cast<double>(top) / mean - 1.0 : 0.0;
       s.epoch = epoch_;
     }
+    if (!plans.empty()) epoch_produced_ = true;
     if (epoch_end) {
       check_zero_supervised(true);
-      if (epoch_ + 1 >= options_.epochs) {
+      // An epoch without a single usable example (every line skipped, or no
+      // lines): the next ones would be the same, so the stream ends here
+      // instead of cycling through epochs forever.
+      if (epoch_ + 1 >= options_.epochs || !epoch_produced_) {
         finished_ = true;
         epoch_ += 1;
         order_.clear();

@@ -91,6 +91,7 @@ class BatchStream {
 
   int64_t step_ = 0;
   DataStats stats_;
+  bool epoch_produced_ = false;  // the current epoch has yielded a micro-batch
 };
 
 }  // namespace fptrain::data

@@ -152,7 +152,7 @@ std::vector<TextPiece> render_chat(ChatTemplateKind kind, const std::vector<Mess
     case ChatTemplateKind::kAuto:
     case ChatTemplateKind::kNone: break;
   }
-  throw std::logic_error(std::string("render_chat: no renderer for chat template '") + to_string(kind) + "'");
+  throw std::logic_error(std::string("render_chat: no renderer for chat template '") + common::enum_name(kind) + "'");
 }
 
 std::string join_pieces(const std::vector<TextPiece>& pieces) {

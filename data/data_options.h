@@ -1,6 +1,6 @@
 // Everything the data pipeline is configured by: a plain struct the trainer
-// fills from the `data:` section of its YAML config. Enum values parse from
-// the same lower-case names the YAML uses (see data/README.md).
+// fills from the `data:` section of its YAML config, and the one place its
+// defaults are set. Enum names are the YAML's (EnumNames below).
 #pragma once
 
 #include <cstdint>
@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "common/enum_names.h"
 
 namespace fptrain::data {
 
@@ -55,10 +57,10 @@ struct DataOptions {
   // Batching.
   BatchMode batching = BatchMode::kFlatten;
   int64_t examples_per_micro_batch = 8;  // flatten, pad
-  int64_t max_tokens = 16384;            // pack: token budget per micro-batch
+  int64_t max_tokens = 0;                // pack: token budget per micro-batch (required there)
   int64_t shuffle_window = 4096;         // pack: examples best-fit-decreasing sees at once
   bool shuffle = true;                   // a seeded permutation of the epoch
-  uint64_t seed = 1234;
+  uint64_t seed = 0;
   int64_t epochs = 1;
 
   // Data parallelism and gradient accumulation: one optimizer step consumes
@@ -76,19 +78,50 @@ struct DataOptions {
 // Throws std::invalid_argument naming the option and the problem.
 void validate_options(const DataOptions& options);
 
-// Parsers for the YAML names; `key` is named in the error message.
-ExampleFormat parse_example_format(std::string_view value, std::string_view key = "format");
-BadLinePolicy parse_bad_line_policy(std::string_view value, std::string_view key = "bad_lines");
-OverlongPolicy parse_overlong_policy(std::string_view value, std::string_view key = "overlong");
-ChatTemplateKind parse_chat_template(std::string_view value, std::string_view key = "chat_template");
-ChatLossMask parse_chat_loss_mask(std::string_view value, std::string_view key = "loss_mask");
-BatchMode parse_batch_mode(std::string_view value, std::string_view key = "batching");
-
-const char* to_string(ExampleFormat v);
-const char* to_string(BadLinePolicy v);
-const char* to_string(OverlongPolicy v);
-const char* to_string(ChatTemplateKind v);
-const char* to_string(ChatLossMask v);
-const char* to_string(BatchMode v);
-
 }  // namespace fptrain::data
+
+// The YAML names of the enums above (common::parse_enum / enum_name).
+namespace fptrain::common {
+template <>
+struct EnumNames<data::ExampleFormat> {
+  static constexpr std::array<EnumEntry<data::ExampleFormat>, 6> table = {{
+      {data::ExampleFormat::kAuto, "auto"},
+      {data::ExampleFormat::kMessages, "messages"},
+      {data::ExampleFormat::kPromptCompletion, "prompt_completion"},
+      {data::ExampleFormat::kAlpaca, "alpaca"},
+      {data::ExampleFormat::kText, "text"},
+      {data::ExampleFormat::kTokens, "tokens"}}};
+};
+template <>
+struct EnumNames<data::BadLinePolicy> {
+  static constexpr std::array<EnumEntry<data::BadLinePolicy>, 2> table = {
+      {{data::BadLinePolicy::kError, "error"}, {data::BadLinePolicy::kSkip, "skip"}}};
+};
+template <>
+struct EnumNames<data::OverlongPolicy> {
+  static constexpr std::array<EnumEntry<data::OverlongPolicy>, 2> table = {
+      {{data::OverlongPolicy::kTruncate, "truncate"}, {data::OverlongPolicy::kDrop, "drop"}}};
+};
+template <>
+struct EnumNames<data::ChatTemplateKind> {
+  static constexpr std::array<EnumEntry<data::ChatTemplateKind>, 6> table = {{
+      {data::ChatTemplateKind::kAuto, "auto"},
+      {data::ChatTemplateKind::kNone, "none"},
+      {data::ChatTemplateKind::kLlama3, "llama3"},
+      {data::ChatTemplateKind::kLlama2, "llama2"},
+      {data::ChatTemplateKind::kMistral, "mistral"},
+      {data::ChatTemplateKind::kGranite3, "granite3"}}};
+};
+template <>
+struct EnumNames<data::ChatLossMask> {
+  static constexpr std::array<EnumEntry<data::ChatLossMask>, 3> table = {{
+      {data::ChatLossMask::kAssistant, "assistant"},
+      {data::ChatLossMask::kLastAssistant, "last_assistant"},
+      {data::ChatLossMask::kAll, "all"}}};
+};
+template <>
+struct EnumNames<data::BatchMode> {
+  static constexpr std::array<EnumEntry<data::BatchMode>, 3> table = {
+      {{data::BatchMode::kFlatten, "flatten"}, {data::BatchMode::kPad, "pad"}, {data::BatchMode::kPack, "pack"}}};
+};
+}  // namespace fptrain::common

@@ -4,7 +4,7 @@
 
 namespace fptrain::data {
 
-DataPipeline::DataPipeline(DataOptions options, std::shared_ptr<const Tokenizer> tokenizer,
+DataPipeline::DataPipeline(DataOptions options, std::shared_ptr<const tokenizer::Tokenizer> tokenizer,
                            std::optional<DataCursor> resume)
     : options_(std::move(options)), tokenizer_(std::move(tokenizer)) {
   validate_options(options_);

@@ -24,7 +24,7 @@
 #include "data/data_cursor.h"
 #include "data/data_options.h"
 #include "data/example_source.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "data/worker_pool.h"
 
 namespace fptrain::data {
@@ -32,7 +32,7 @@ namespace fptrain::data {
 class DataPipeline {
  public:
   // Indexes the files and checks the options; throws naming the file or key.
-  DataPipeline(DataOptions options, std::shared_ptr<const Tokenizer> tokenizer,
+  DataPipeline(DataOptions options, std::shared_ptr<const tokenizer::Tokenizer> tokenizer,
                std::optional<DataCursor> resume = std::nullopt);
   ~DataPipeline();
   DataPipeline(const DataPipeline&) = delete;
@@ -49,12 +49,15 @@ class DataPipeline {
   ChatTemplateKind chat_template() const { return source_->chat_template(); }
   int32_t pad_id() const { return pad_id_; }
   const ExampleSource& source() const { return *source_; }
+  // The accounting of everything read; complete once next_step() returned nullopt
+  // (then the producer has finished; before that it is not safe to call).
+  const DataStats& final_stats() const { return stream_->stats(); }
 
  private:
   void produce();
 
   DataOptions options_;
-  std::shared_ptr<const Tokenizer> tokenizer_;
+  std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<ExampleSource> source_;
   std::unique_ptr<WorkerPool> pool_;
   int32_t pad_id_ = 0;

@@ -67,7 +67,7 @@ int64_t percentile(const std::vector<int64_t>& sorted, double q) {
 
 }  // namespace
 
-DataReport make_data_report(const DataOptions& options, std::shared_ptr<const Tokenizer> tokenizer) {
+DataReport make_data_report(const DataOptions& options, std::shared_ptr<const tokenizer::Tokenizer> tokenizer) {
   DataOptions o = options;
   validate_options([&] {  // pack's own checks only matter when pack is the training mode
     DataOptions v = o;
@@ -76,9 +76,9 @@ DataReport make_data_report(const DataOptions& options, std::shared_ptr<const To
   }());
   ExampleSource source(o, tokenizer.get());
   DataReport rep;
-  rep.chat_template = to_string(source.chat_template());
+  rep.chat_template = common::enum_name(source.chat_template());
   for (size_t f = 0; f < source.num_files(); ++f)
-    rep.files.push_back({source.file(f).path().string(), to_string(source.format(f)),
+    rep.files.push_back({source.file(f).path().string(), common::enum_name(source.format(f)),
                          static_cast<int64_t>(source.file(f).num_lines()), o.files[f].weight});
 
   std::vector<double> weights;
@@ -158,7 +158,7 @@ void print_data_stats(std::ostream& out, const DataStats& s) {
   out << line;
   for (int k = 0; k < kNumSkipReasons; ++k) {
     if (s.skipped[k] == 0) continue;
-    out << "  skipped " << to_string(static_cast<SkipReason>(k)) << ": " << s.skipped[k] << " (first:";
+    out << "  skipped " << common::enum_name(static_cast<SkipReason>(k)) << ": " << s.skipped[k] << " (first:";
     for (const auto& w : s.first_skipped[k]) out << " " << w;
     out << ")\n";
   }
@@ -207,10 +207,10 @@ void print_data_report(std::ostream& out, const DataReport& r) {
   out << line;
   for (const auto& b : r.batching) {
     if (!b.available) {
-      out << "  " << to_string(b.mode) << ": needs max_tokens >= max_length\n";
+      out << "  " << common::enum_name(b.mode) << ": needs max_tokens >= max_length\n";
       continue;
     }
-    std::snprintf(line, sizeof line, "  %-8s %9lld %7lld %8.1f%% %8s %14.0f %14.0f %9.1f%%\n", to_string(b.mode),
+    std::snprintf(line, sizeof line, "  %-8s %9lld %7lld %8.1f%% %8s %14.0f %14.0f %9.1f%%\n", common::enum_name(b.mode),
                   (long long)b.micro_batches, (long long)b.steps, 100.0 * b.padding_fraction,
                   b.mode == BatchMode::kPack ? (std::to_string(static_cast<int>(100.0 * b.fill_rate + 0.5)) + "%").c_str()
                                              : "-",
@@ -227,7 +227,7 @@ nlohmann::json data_report_json(const DataReport& r) {
   for (const auto& f : r.files)
     files.push_back({{"path", f.path}, {"format", f.format}, {"lines", f.lines}, {"weight", f.weight}});
   for (const auto& b : r.batching)
-    modes.push_back({{"mode", to_string(b.mode)},
+    modes.push_back({{"mode", common::enum_name(b.mode)},
                      {"available", b.available},
                      {"micro_batches", b.micro_batches},
                      {"steps", b.steps},

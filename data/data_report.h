@@ -13,7 +13,7 @@
 
 #include "data/data_options.h"
 #include "data/data_stats.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace fptrain::data {
 
@@ -56,7 +56,7 @@ struct DataReport {
 };
 
 // Bad lines are counted (never thrown) so one run lists every problem.
-DataReport make_data_report(const DataOptions& options, std::shared_ptr<const Tokenizer> tokenizer);
+DataReport make_data_report(const DataOptions& options, std::shared_ptr<const tokenizer::Tokenizer> tokenizer);
 void print_data_report(std::ostream& out, const DataReport& report);
 // The accounting alone (e.g. at the end of training, from the last cursor's stats):
 // counts, skip reasons with their first file:line, dropped examples.

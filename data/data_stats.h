@@ -36,4 +36,7 @@ struct DataStats {
   static DataStats from_json(const nlohmann::json& j);
 };
 
+// One line for messages: "12 examples seen: 0 used, ..., 12 skipped (malformed_json: 12, first: a.jsonl:1 ...)".
+std::string describe_stats(const DataStats& stats);
+
 }  // namespace fptrain::data

@@ -66,7 +66,7 @@ std::vector<MicroBatchSummary> plan_epoch(const std::vector<ExampleSummary>& ite
   return plan_fixed(items, o.examples_per_micro_batch, mode == BatchMode::kPad);
 }
 
-int64_t count_steps(const DataOptions& options, std::shared_ptr<const Tokenizer> tokenizer) {
+int64_t count_steps(const DataOptions& options, std::shared_ptr<const tokenizer::Tokenizer> tokenizer) {
   validate_options(options);
   ExampleSource source(options, tokenizer.get());
   // Every line once, in file order.

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "data/data_options.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace fptrain::data {
 
@@ -32,6 +32,6 @@ std::vector<MicroBatchSummary> plan_epoch(const std::vector<ExampleSummary>& ite
 // Tokenizes every line once (on `workers` threads), then plans each epoch's
 // order; throws on bad lines (bad_lines: error) and on too many examples
 // without supervised tokens, like the pipeline.
-int64_t count_steps(const DataOptions& options, std::shared_ptr<const Tokenizer> tokenizer);
+int64_t count_steps(const DataOptions& options, std::shared_ptr<const tokenizer::Tokenizer> tokenizer);
 
 }  // namespace fptrain::data

@@ -30,7 +30,7 @@ std::string alpaca_prompt(const std::string& instruction, const std::string& inp
   return p + "### Response:\n";
 }
 
-ExampleEncoder::ExampleEncoder(const Tokenizer* tokenizer, ChatTemplateKind chat_template, ChatLossMask loss_mask)
+ExampleEncoder::ExampleEncoder(const tokenizer::Tokenizer* tokenizer, ChatTemplateKind chat_template, ChatLossMask loss_mask)
     : tok_(tokenizer), template_(chat_template), loss_mask_(loss_mask) {
   if (template_ == ChatTemplateKind::kAuto)
     throw std::logic_error("ExampleEncoder: resolve the chat template first");
@@ -48,14 +48,14 @@ ExampleEncoder::ExampleEncoder(const Tokenizer* tokenizer, ChatTemplateKind chat
     }
     for (const char* t : needed)
       if (t && !tok_->token_to_id(t))
-        throw std::runtime_error(std::string("chat template '") + to_string(template_) +
+        throw std::runtime_error(std::string("chat template '") + common::enum_name(template_) +
                                  "' needs the token " + t + ", which the tokenizer does not have; set "
                                  "data.chat_template to the model's convention");
     use_anchors_ = check_turn_by_turn();
     if (!use_anchors_)
       spdlog::warn("data: the tokenizer does not split the {} template's control tokens like Hugging Face "
                    "tokenizers do; encoding whole conversations instead (slower)",
-                   to_string(template_));
+                   common::enum_name(template_));
   }
 }
 

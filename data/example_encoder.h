@@ -17,7 +17,7 @@
 #include "data/chat_template.h"
 #include "data/data_options.h"
 #include "data/raw_example.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace fptrain::data {
 
@@ -30,7 +30,7 @@ class ExampleEncoder {
  public:
   // `tokenizer` may be null when every file is pre-tokenized. `chat_template`
   // must be resolved (not kAuto).
-  ExampleEncoder(const Tokenizer* tokenizer, ChatTemplateKind chat_template, ChatLossMask loss_mask);
+  ExampleEncoder(const tokenizer::Tokenizer* tokenizer, ChatTemplateKind chat_template, ChatLossMask loss_mask);
 
   // Throws BadLine for an example that cannot be encoded.
   EncodedExample encode(const RawExample& example) const;
@@ -49,7 +49,7 @@ class ExampleEncoder {
   std::optional<int32_t> anchor_id(const TextPiece& piece) const;
   bool check_turn_by_turn() const;
 
-  const Tokenizer* tok_;
+  const tokenizer::Tokenizer* tok_;
   ChatTemplateKind template_;
   ChatLossMask loss_mask_;
   bool use_anchors_ = true;

@@ -210,16 +210,4 @@ RawExample parse_example(std::string_view line, ExampleFormat format) {
   return ex;
 }
 
-const char* to_string(SkipReason r) {
-  switch (r) {
-    case SkipReason::kMalformedJson: return "malformed_json";
-    case SkipReason::kInvalidUtf8: return "invalid_utf8";
-    case SkipReason::kMissingField: return "missing_field";
-    case SkipReason::kWrongType: return "wrong_type";
-    case SkipReason::kInvalidValue: return "invalid_value";
-    case SkipReason::kZeroSupervised: return "zero_supervised";
-  }
-  return "?";
-}
-
 }  // namespace fptrain::data

@@ -7,7 +7,7 @@
 
 namespace fptrain::data {
 
-ExampleSource::ExampleSource(const DataOptions& options, const Tokenizer* tokenizer) : options_(options) {
+ExampleSource::ExampleSource(const DataOptions& options, const tokenizer::Tokenizer* tokenizer) : options_(options) {
   template_ = resolve_chat_template(options.chat_template, options.tokenizer_dir);
   bool needs_tokenizer = false;
   for (const DataFile& f : options.files) {

@@ -13,7 +13,7 @@
 #include "data/epoch_order.h"
 #include "data/example_encoder.h"
 #include "data/jsonl_file.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace fptrain::data {
 
@@ -41,7 +41,7 @@ void account_example(DataStats& stats, const ProcessedExample& ex, const Example
 class ExampleSource {
  public:
   // Indexes every file (one streaming pass each) and detects formats.
-  ExampleSource(const DataOptions& options, const Tokenizer* tokenizer);
+  ExampleSource(const DataOptions& options, const tokenizer::Tokenizer* tokenizer);
 
   size_t num_files() const { return files_.size(); }
   const JsonlFile& file(size_t i) const { return *files_[i]; }

@@ -5,7 +5,7 @@
 
 namespace fptrain::data {
 
-int32_t choose_pad_id(const Tokenizer* tok, std::optional<int32_t> configured) {
+int32_t choose_pad_id(const tokenizer::Tokenizer* tok, std::optional<int32_t> configured) {
   const std::optional<int32_t> eos = tok ? tok->eos_id() : std::nullopt;
   const std::optional<int32_t> bos = tok ? tok->bos_id() : std::nullopt;
   if (configured) {

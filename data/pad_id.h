@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace fptrain::data {
 
@@ -14,6 +14,6 @@ namespace fptrain::data {
 // <unk> the tokenizer has; else the smallest id that is not EOS or BOS.
 // Pad tokens are labelled kIgnoreLabel and sit after every real token of their
 // row, so under causal attention their value never changes the loss.
-int32_t choose_pad_id(const Tokenizer* tokenizer, std::optional<int32_t> configured);
+int32_t choose_pad_id(const tokenizer::Tokenizer* tokenizer, std::optional<int32_t> configured);
 
 }  // namespace fptrain::data

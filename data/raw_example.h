@@ -39,7 +39,6 @@ enum class SkipReason {
 };
 inline constexpr int kNumSkipReasons = 6;
 inline bool is_bad_line(SkipReason r) { return r != SkipReason::kZeroSupervised; }
-const char* to_string(SkipReason r);
 
 // Thrown by parsing/rendering for a bad line; the message names the problem
 // (the caller adds file and line).
@@ -53,3 +52,16 @@ class BadLine : public std::runtime_error {
 };
 
 }  // namespace fptrain::data
+
+namespace fptrain::common {
+template <>
+struct EnumNames<data::SkipReason> {
+  static constexpr std::array<EnumEntry<data::SkipReason>, 6> table = {{
+      {data::SkipReason::kMalformedJson, "malformed_json"},
+      {data::SkipReason::kInvalidUtf8, "invalid_utf8"},
+      {data::SkipReason::kMissingField, "missing_field"},
+      {data::SkipReason::kWrongType, "wrong_type"},
+      {data::SkipReason::kInvalidValue, "invalid_value"},
+      {data::SkipReason::kZeroSupervised, "zero_supervised"}}};
+};
+}  // namespace fptrain::common

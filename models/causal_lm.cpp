@@ -8,7 +8,7 @@
 //   logits = lm_head(rms_norm(x)) / logits_scaling
 #include "models/causal_lm.h"
 
-#include "models/checkpoint.h"
+#include "models/parameter_layout.h"
 #include "models/rms_norm.h"
 
 #include <sstream>
@@ -110,7 +110,7 @@ attention::VarlenSpec CausalLM::attention_spec(const PackedInput& in) const {
     spec.cu_seqlens_cpu = in.cu_seqlens_cpu;
   } else if (in.cu_seqlens.device().is_cpu()) {
     spec.cu_seqlens_cpu = in.cu_seqlens;
-  } else if (backend_ == attention::Backend::Reference) {
+  } else if (backend_ == attention::Backend::kReference) {
     spec.cu_seqlens_cpu = in.cu_seqlens.to(at::kCPU);
   }
   if (spec.cu_seqlens_cpu.defined()) {

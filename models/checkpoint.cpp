@@ -1,24 +1,24 @@
 // Loading and saving Hugging Face checkpoint folders (see checkpoint.h).
 #include "models/checkpoint.h"
 
+#include "models/model_dtype.h"
+#include "models/parameter_layout.h"
 #include "models/safetensors.h"
+
+#include "common/files.h"
 
 #include <c10/core/Event.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <memory>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 
-#include <fcntl.h>
-#include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -35,44 +35,6 @@ std::string shape_text(at::IntArrayRef shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
-}
-
-std::string layer_prefix(int64_t layer) { return "model.layers." + std::to_string(layer) + "."; }
-
-// (name, shape) in the order the model's modules register them.
-std::vector<std::pair<std::string, std::vector<int64_t>>> parameters_in_order(const ModelConfig& c) {
-  const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
-  const int64_t q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
-  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
-  out.push_back({"model.embed_tokens.weight", {V, H}});
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = layer_prefix(l);
-    const std::pair<const char*, std::vector<int64_t>> attn[] = {
-        {"q_proj", {q, H}}, {"k_proj", {kv, H}}, {"v_proj", {kv, H}}, {"o_proj", {H, q}}};
-    for (const auto& [proj, shape] : attn) {
-      out.push_back({p + "self_attn." + proj + ".weight", shape});
-      if (c.attention_bias) out.push_back({p + "self_attn." + proj + ".bias", {shape[0]}});
-    }
-    const std::pair<const char*, std::vector<int64_t>> mlp[] = {
-        {"gate_proj", {I, H}}, {"up_proj", {I, H}}, {"down_proj", {H, I}}};
-    for (const auto& [proj, shape] : mlp) {
-      out.push_back({p + "mlp." + proj + ".weight", shape});
-      if (c.mlp_bias) out.push_back({p + "mlp." + proj + ".bias", {shape[0]}});
-    }
-    out.push_back({p + "input_layernorm.weight", {H}});
-    out.push_back({p + "post_attention_layernorm.weight", {H}});
-  }
-  out.push_back({"model.norm.weight", {H}});
-  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {V, H}});
-  return out;
-}
-
-// Tensors transformers may have in a checkpoint that are not parameters.
-bool ignorable(const std::string& name, const ModelConfig& c) {
-  const std::string inv_freq = "rotary_emb.inv_freq";
-  if (name.size() >= inv_freq.size() && name.compare(name.size() - inv_freq.size(), inv_freq.size(), inv_freq) == 0)
-    return true;
-  return c.tie_word_embeddings && name == "lm_head.weight";
 }
 
 std::string config_summary(const ModelConfig& c) {
@@ -165,7 +127,7 @@ void check_against_config(const OpenCheckpoint& ck, const ModelConfig& c, const 
   for (const auto& [name, shape] : expected)
     if (!ck.tensors.count(name)) missing.push_back(name);
   for (const auto& [name, loc] : ck.tensors) {
-    if (ignorable(name, c)) continue;
+    if (is_ignorable_checkpoint_tensor(name, c)) continue;
     auto it = expected.find(name);
     if (it == expected.end()) {
       unexpected.push_back(name);
@@ -232,23 +194,6 @@ class PinnedUploader {
   int next_ = 0;
 };
 
-// Removes a folder tree. std::filesystem's remove_all is avoided on purpose: the
-// torch wheel's libtorch.so exports a broken copy of it that crashes when called.
-void remove_tree(const fs::path& path) {
-  struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0) return;
-  ::nftw(
-      path.c_str(), [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p) == 0 ? 0 : -1; },
-      16, FTW_DEPTH | FTW_PHYS);
-}
-
-void write_text_file(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  out.close();
-  if (!out) throw std::runtime_error(path.string() + ": cannot write");
-}
-
 std::string shard_name(size_t i, size_t n) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", i + 1, n);
@@ -256,34 +201,6 @@ std::string shard_name(size_t i, size_t n) {
 }
 
 }  // namespace
-
-at::ScalarType dtype_from_name(const std::string& name) {
-  if (name == "float32") return at::kFloat;
-  if (name == "bfloat16") return at::kBFloat16;
-  if (name == "float16") return at::kHalf;
-  throw std::invalid_argument("unsupported dtype '" + name + "' (expected float32, bfloat16 or float16)");
-}
-
-std::string dtype_name(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kFloat: return "float32";
-    case at::kBFloat16: return "bfloat16";
-    case at::kHalf: return "float16";
-    default: throw std::invalid_argument(std::string("unsupported model dtype ") + c10::toString(dtype));
-  }
-}
-
-std::map<std::string, std::vector<int64_t>> expected_parameter_shapes(const ModelConfig& config) {
-  std::map<std::string, std::vector<int64_t>> out;
-  for (auto& [name, shape] : parameters_in_order(config)) out.emplace(std::move(name), std::move(shape));
-  return out;
-}
-
-std::vector<std::string> parameter_names_in_model_order(const ModelConfig& config) {
-  std::vector<std::string> out;
-  for (auto& [name, shape] : parameters_in_order(config)) out.push_back(std::move(name));
-  return out;
-}
 
 TensorMap load_pretrained_weights(const fs::path& model_dir, const ModelConfig& config, at::ScalarType dtype,
                                   at::Device device) {
@@ -334,21 +251,21 @@ void save_pretrained(const fs::path& dir, const ModelConfig& config, const Tenso
   const std::string dtype_str = dtype_name(dtype);
 
   // The parameters must be exactly the model's (lm_head may be present when tied).
-  const auto expected = parameters_in_order(config);
+  const auto expected = parameter_layout(config);
   std::vector<std::string> missing, unexpected, problems;
   std::set<std::string> expected_names;
-  for (const auto& [name, shape] : expected) {
-    expected_names.insert(name);
-    auto it = params.find(name);
+  for (const ParameterInfo& p : expected) {
+    expected_names.insert(p.name);
+    auto it = params.find(p.name);
     if (it == params.end()) {
-      missing.push_back(name);
-    } else if (it->second.sizes().vec() != shape) {
-      problems.push_back("'" + name + "' has shape " + shape_text(it->second.sizes()) + ", expected " +
-                         shape_text(shape));
+      missing.push_back(p.name);
+    } else if (it->second.sizes().vec() != p.shape) {
+      problems.push_back("'" + p.name + "' has shape " + shape_text(it->second.sizes()) + ", expected " +
+                         shape_text(p.shape));
     }
   }
   for (const auto& [name, t] : params)
-    if (!expected_names.count(name) && !ignorable(name, config)) unexpected.push_back(name);
+    if (!expected_names.count(name) && !is_ignorable_checkpoint_tensor(name, config)) unexpected.push_back(name);
   if (!missing.empty() || !unexpected.empty() || !problems.empty()) {
     std::string msg = dir.string() + ": cannot save: the parameters do not match the config (" +
                       config_summary(config) + ")";
@@ -362,38 +279,28 @@ void save_pretrained(const fs::path& dir, const ModelConfig& config, const Tenso
   const int64_t item = c10::elementSize(dtype);
   std::vector<std::vector<std::string>> shards(1);
   int64_t shard_bytes = 0, total_bytes = 0, total_params = 0;
-  for (const auto& [name, shape] : expected) {
-    int64_t numel = 1;
-    for (int64_t d : shape) numel *= d;
+  for (const ParameterInfo& p : expected) {
+    const int64_t numel = p.numel();
     const int64_t bytes = numel * item;
     if (!shards.back().empty() && shard_bytes + bytes > max_shard_bytes) {
       shards.emplace_back();
       shard_bytes = 0;
     }
-    shards.back().push_back(name);
+    shards.back().push_back(p.name);
     shard_bytes += bytes;
     total_bytes += bytes;
     total_params += numel;
   }
 
-  fs::path target = fs::absolute(dir).lexically_normal();
-  if (target.filename().empty()) target = target.parent_path();  // "out/" names "out"
-  const fs::path parent = target.parent_path();
-  fs::create_directories(parent);
-  // Leftovers of saves that were killed midway carry this folder's name; remove them.
-  const std::string stem = "." + target.filename().string();
-  for (const auto& e : fs::directory_iterator(parent)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind(stem + ".tmp.", 0) == 0 || name.rfind(stem + ".old.", 0) == 0) remove_tree(e.path());
-  }
-  const std::string tag = std::to_string(::getpid());
-  const fs::path tmp = parent / (stem + ".tmp." + tag);
-  const fs::path old = parent / (stem + ".old." + tag);
+  const fs::path target = common::without_trailing_slash(fs::absolute(dir));
+  fs::create_directories(target.parent_path());
+  common::remove_stale_siblings(target);  // leftovers of saves killed midway
+  const fs::path tmp = common::staging_path(target);
   fs::create_directories(tmp);
   try {
     ModelConfig saved = config;
     saved.dtype = dtype_str;
-    write_text_file(tmp / "config.json", model_config_to_json(saved).dump(2) + "\n");
+    common::write_file_atomically(tmp / "config.json", model_config_to_json(saved).dump(2) + "\n");
 
     json weight_map = json::object();
     for (size_t i = 0; i < shards.size(); ++i) {
@@ -408,41 +315,13 @@ void save_pretrained(const fs::path& dir, const ModelConfig& config, const Tenso
     if (shards.size() > 1) {
       json index = {{"metadata", {{"total_size", total_bytes}, {"total_parameters", total_params}}},
                     {"weight_map", weight_map}};
-      write_text_file(tmp / kIndexFile, index.dump(2) + "\n");
+      common::write_file_atomically(tmp / kIndexFile, index.dump(2) + "\n");
     }
+    common::replace_folder(tmp, target);
   } catch (...) {
-    remove_tree(tmp);
+    common::remove_tree(tmp);
     throw;
   }
-
-  // Swap the finished folder in. renameat2(RENAME_EXCHANGE) swaps both names in
-  // one step, so `dir` always names a complete checkpoint; filesystems without it
-  // get two renames, the old folder removed only once the new one is in place.
-  if (!fs::exists(target)) {
-    if (::rename(tmp.c_str(), target.c_str()) != 0) {
-      const std::string why = std::strerror(errno);
-      remove_tree(tmp);
-      throw std::runtime_error(target.string() + ": cannot move the new checkpoint into place: " + why);
-    }
-    return;
-  }
-  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
-    remove_tree(tmp);  // now holds the previous checkpoint
-    return;
-  }
-  remove_tree(old);
-  if (::rename(target.c_str(), old.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    remove_tree(tmp);
-    throw std::runtime_error(target.string() + ": cannot move the previous checkpoint aside: " + why);
-  }
-  if (::rename(tmp.c_str(), target.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    ::rename(old.c_str(), target.c_str());
-    remove_tree(tmp);
-    throw std::runtime_error(target.string() + ": cannot move the new checkpoint into place: " + why);
-  }
-  remove_tree(old);
 }
 
 }  // namespace fptrain::models

@@ -3,6 +3,8 @@
 #pragma once
 
 #include "models/model_config.h"
+#include "models/model_dtype.h"
+#include "models/parameter_layout.h"
 #include "models/safetensors.h"
 #include "models/tensor_map.h"
 
@@ -15,14 +17,6 @@
 #include <vector>
 
 namespace fptrain::models {
-
-// Every parameter the config implies, by Hugging Face name, with its shape.
-// lm_head.weight is absent when the embeddings are tied.
-std::map<std::string, std::vector<int64_t>> expected_parameter_shapes(const ModelConfig& config);
-
-// The same names in the order the model uses them (embeddings, layer 0, 1, ...,
-// final norm, lm_head), which is also the order shards are filled in.
-std::vector<std::string> parameter_names_in_model_order(const ModelConfig& config);
 
 // Loads the weights of the checkpoint in `model_dir` (model.safetensors or
 // model.safetensors.index.json + shards). Checks that every expected tensor is
@@ -39,7 +33,7 @@ TensorMap load_pretrained_weights(const std::filesystem::path& model_dir, const 
 
 // How the loader moves bytes; the defaults are the measured best (benchmarks/models).
 struct LoadOptions {
-  ByteReader reader = ByteReader::Pread;  // file -> host memory
+  ByteReader reader = ByteReader::kPread;  // file -> host memory
   int64_t staging_bytes = 64ll << 20;     // each of the two pinned buffers (CUDA)
 };
 TensorMap load_pretrained_weights(const std::filesystem::path& model_dir, const ModelConfig& config,
@@ -54,9 +48,5 @@ TensorMap load_pretrained_weights(const std::filesystem::path& model_dir, const 
 // held before is replaced.
 void save_pretrained(const std::filesystem::path& dir, const ModelConfig& config, const TensorMap& params,
                      at::ScalarType dtype, int64_t max_shard_bytes = 5'000'000'000);
-
-// "float32" | "bfloat16" | "float16" <-> ScalarType (config.json's dtype).
-at::ScalarType dtype_from_name(const std::string& name);
-std::string dtype_name(at::ScalarType dtype);
 
 }  // namespace fptrain::models

@@ -1,6 +1,7 @@
 #include "models/init.h"
 
-#include "models/checkpoint.h"
+#include "models/model_dtype.h"
+#include "models/parameter_layout.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 

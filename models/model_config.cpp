@@ -6,7 +6,7 @@
 // max_position_embeddings.
 #include "models/model_config.h"
 
-#include "models/checkpoint.h"
+#include "models/parameter_layout.h"
 
 #include <cmath>
 #include <fstream>
@@ -108,9 +108,9 @@ struct ArchitectureInfo {
 };
 
 constexpr ArchitectureInfo kArchitectures[] = {
-    {"LlamaForCausalLM", "llama", Family::Llama, 2048},
-    {"MistralForCausalLM", "mistral", Family::Mistral, 4096 * 32},
-    {"GraniteForCausalLM", "granite", Family::Granite, 2048},
+    {"LlamaForCausalLM", "llama", Family::kLlama, 2048},
+    {"MistralForCausalLM", "mistral", Family::kMistral, 4096 * 32},
+    {"GraniteForCausalLM", "granite", Family::kGranite, 2048},
 };
 
 std::string supported_architectures() {
@@ -142,9 +142,9 @@ const ArchitectureInfo& resolve_architecture(const json& doc, const KeyReader& k
 
 std::string family_key_prefix(Family f) {
   switch (f) {
-    case Family::Llama: return "Llama";
-    case Family::Mistral: return "Mistral";
-    case Family::Granite: return "Granite";
+    case Family::kLlama: return "Llama";
+    case Family::kMistral: return "Mistral";
+    case Family::kGranite: return "Granite";
   }
   return "?";
 }
@@ -179,13 +179,13 @@ RopeConfig parse_rope(const json& doc, const KeyReader& top, int64_t max_positio
   const std::string type_key = keys.has("rope_type") ? "rope_type" : "type";
   const std::string type = keys.string(type_key, "default");
   if (type == "default") {
-    rope.type = RopeType::Default;
+    rope.type = RopeType::kDefault;
   } else if (type == "linear") {
-    rope.type = RopeType::Linear;
+    rope.type = RopeType::kLinear;
     rope.factor = keys.number("factor");
     if (rope.factor <= 0) keys.fail("factor", "must be positive");
   } else if (type == "llama3") {
-    rope.type = RopeType::Llama3;
+    rope.type = RopeType::kLlama3;
     rope.factor = keys.number("factor");
     rope.low_freq_factor = keys.number("low_freq_factor");
     rope.high_freq_factor = keys.number("high_freq_factor");
@@ -233,7 +233,7 @@ ModelConfig parse_model_config(const json& doc, const std::string& source) {
   c.num_hidden_layers = keys.positive("num_hidden_layers");
   c.num_attention_heads = keys.positive("num_attention_heads");
   // MistralConfig's class default is 8 KV heads; an explicit null means one per query head.
-  const int64_t kv_default = (c.family == Family::Mistral && !doc.contains("num_key_value_heads"))
+  const int64_t kv_default = (c.family == Family::kMistral && !doc.contains("num_key_value_heads"))
                                  ? 8
                                  : c.num_attention_heads;
   c.num_key_value_heads = keys.positive("num_key_value_heads", kv_default);
@@ -253,7 +253,7 @@ ModelConfig parse_model_config(const json& doc, const std::string& source) {
   if (c.rms_norm_eps <= 0) keys.fail("rms_norm_eps", "must be positive");
   c.tie_word_embeddings = keys.boolean("tie_word_embeddings", false);
 
-  if (c.family == Family::Mistral) {
+  if (c.family == Family::kMistral) {
     // MistralForCausalLM has no projection biases; a config asking for them
     // describes weights transformers would silently drop.
     for (const char* key : {"attention_bias", "mlp_bias"})
@@ -269,7 +269,7 @@ ModelConfig parse_model_config(const json& doc, const std::string& source) {
     c.mlp_bias = keys.boolean("mlp_bias", false);
   }
 
-  if (c.family == Family::Granite) {
+  if (c.family == Family::kGranite) {
     c.embedding_multiplier = keys.number("embedding_multiplier", 1.0);
     c.residual_multiplier = keys.number("residual_multiplier", 1.0);
     c.logits_scaling = keys.number("logits_scaling", 1.0);
@@ -344,13 +344,13 @@ json model_config_to_json(const ModelConfig& c) {
   out["hidden_act"] = "silu";
   out["tie_word_embeddings"] = c.tie_word_embeddings;
   out["attention_dropout"] = c.attention_dropout;
-  if (c.family != Family::Mistral) {
+  if (c.family != Family::kMistral) {
     out["attention_bias"] = c.attention_bias;
     out["mlp_bias"] = c.mlp_bias;
   } else {
     out["sliding_window"] = c.sliding_window ? json(*c.sliding_window) : json(nullptr);
   }
-  if (c.family == Family::Granite) {
+  if (c.family == Family::kGranite) {
     out["embedding_multiplier"] = c.embedding_multiplier;
     out["residual_multiplier"] = c.residual_multiplier;
     out["logits_scaling"] = c.logits_scaling;
@@ -358,9 +358,9 @@ json model_config_to_json(const ModelConfig& c) {
   }
 
   json rope = json::object();
-  if (c.rope.type == RopeType::Linear) {
+  if (c.rope.type == RopeType::kLinear) {
     rope = {{"rope_type", "linear"}, {"factor", c.rope.factor}};
-  } else if (c.rope.type == RopeType::Llama3) {
+  } else if (c.rope.type == RopeType::kLlama3) {
     rope = {{"rope_type", "llama3"},
             {"factor", c.rope.factor},
             {"low_freq_factor", c.rope.low_freq_factor},

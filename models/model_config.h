@@ -12,13 +12,13 @@
 
 namespace fptrain::models {
 
-enum class Family { Llama, Mistral, Granite };
+enum class Family { kLlama, kMistral, kGranite };
 
-enum class RopeType { Default, Linear, Llama3 };
+enum class RopeType { kDefault, kLinear, kLlama3 };
 
 struct RopeConfig {
   double theta = 10000.0;
-  RopeType type = RopeType::Default;
+  RopeType type = RopeType::kDefault;
   double factor = 1.0;                  // linear and llama3
   double low_freq_factor = 1.0;         // llama3
   double high_freq_factor = 4.0;        // llama3
@@ -26,7 +26,7 @@ struct RopeConfig {
 };
 
 struct ModelConfig {
-  Family family = Family::Llama;
+  Family family = Family::kLlama;
   std::string architecture;  // e.g. "LlamaForCausalLM"
 
   int64_t vocab_size = 0;

@@ -38,9 +38,9 @@ at::Tensor rope_inv_freq(const RopeConfig& rope, int64_t head_dim) {
     throw std::invalid_argument("rope: head_dim must be positive and even; got " + std::to_string(head_dim));
   }
   switch (rope.type) {
-    case RopeType::Default: return default_inv_freq(rope.theta, head_dim);
-    case RopeType::Linear: return default_inv_freq(rope.theta, head_dim) / rope.factor;
-    case RopeType::Llama3: return llama3_inv_freq(rope, head_dim);
+    case RopeType::kDefault: return default_inv_freq(rope.theta, head_dim);
+    case RopeType::kLinear: return default_inv_freq(rope.theta, head_dim) / rope.factor;
+    case RopeType::kLlama3: return llama3_inv_freq(rope, head_dim);
   }
   throw std::invalid_argument("rope: unknown rope type");
 }

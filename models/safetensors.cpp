@@ -1,6 +1,8 @@
 // Reading and writing safetensors files (format in safetensors.h).
 #include "models/safetensors.h"
 
+#include "common/files.h"
+
 #include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
 
@@ -38,7 +40,7 @@ constexpr DtypeName kDtypes[] = {
     {"U64", at::kUInt64},         {"F8_E4M3", at::kFloat8_e4m3fn}, {"F8_E5M2", at::kFloat8_e5m2},
 };
 
-std::string errno_text() { return std::strerror(errno); }
+using common::errno_text;
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
@@ -55,14 +57,6 @@ uint64_t read_le64(const uint8_t* p) {
   for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
   return v;
 }
-
-// Closes a file descriptor on every path out of a function.
-struct FdCloser {
-  int fd;
-  ~FdCloser() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 }  // namespace
 
@@ -249,7 +243,7 @@ void SafetensorsFile::copy_bytes(const SafetensorsEntry& entry, uint64_t offset,
   // Several threads keep several disk reads in flight; 4 MB pieces keep each large.
   constexpr int64_t kPiece = 4 << 20;
   at::parallel_for(0, static_cast<int64_t>(length), kPiece, [&](int64_t b, int64_t e) {
-    if (reader == ByteReader::Mmap) {
+    if (reader == ByteReader::kMmap) {
       std::memcpy(out + b, static_cast<const uint8_t*>(mapping_->addr) + start + b, static_cast<size_t>(e - b));
       return;
     }
@@ -274,23 +268,6 @@ TensorMap read_safetensors(const std::filesystem::path& path) {
 }
 
 // ---- writing ----------------------------------------------------------------
-
-namespace {
-
-void write_all(int fd, const void* data, size_t n, const std::string& file) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, std::min<size_t>(n, 1u << 30));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      throw std::runtime_error(file + ": write failed: " + errno_text());
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-}
-
-}  // namespace
 
 void write_safetensors(const std::filesystem::path& path, const TensorMap& tensors,
                        const std::map<std::string, std::string>& metadata) {
@@ -320,30 +297,14 @@ void write_safetensors(const std::filesystem::path& path, const TensorMap& tenso
   uint8_t len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
 
-  const std::filesystem::path tmp =
-      path.parent_path() / ("." + path.filename().string() + ".tmp." + std::to_string(::getpid()));
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::runtime_error(tmp.string() + ": cannot create: " + errno_text());
-  try {
-    FdCloser closer{fd};
-    write_all(fd, len, 8, file);
-    write_all(fd, text.data(), text.size(), file);
+  common::write_file_atomically(path, [&](int fd) {
+    common::write_all(fd, len, 8, file);
+    common::write_all(fd, text.data(), text.size(), file);
     for (const auto& [name, t] : tensors) {
       const at::Tensor cpu = t.detach().to(at::kCPU).contiguous();
-      if (cpu.numel()) write_all(fd, cpu.data_ptr(), cpu.numel() * cpu.element_size(), file);
+      if (cpu.numel()) common::write_all(fd, cpu.data_ptr(), cpu.numel() * cpu.element_size(), file);
     }
-    if (::fsync(fd) != 0) throw std::runtime_error(file + ": fsync failed: " + errno_text());
-  } catch (...) {
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
-    throw;
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    throw std::runtime_error(file + ": cannot move the finished file into place: " + ec.message());
-  }
+  });
 }
 
 }  // namespace fptrain::models

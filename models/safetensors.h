@@ -35,7 +35,7 @@ struct SafetensorsEntry {
 at::ScalarType safetensors_dtype(const std::string& name);
 std::string safetensors_dtype_name(at::ScalarType dtype);
 
-enum class ByteReader { Pread, Mmap };
+enum class ByteReader { kPread, kMmap };
 
 class SafetensorsFile {
  public:
@@ -65,7 +65,7 @@ class SafetensorsFile {
   // memory) with several threads, through the mapping or with pread. pread
   // avoids a page fault per page and suits cold files; both are one copy.
   void copy_bytes(const SafetensorsEntry& entry, uint64_t offset, uint64_t length, void* dst,
-                  ByteReader reader = ByteReader::Pread) const;
+                  ByteReader reader = ByteReader::kPread) const;
 
   // Hints the kernel to read the file ahead (sequential access).
   void advise_sequential() const;

@@ -2,7 +2,8 @@
 
 #include "models/checkpoint.h"
 #include "models/safetensors.h"
-#include "trainer/remove_tree.h"
+
+#include "common/files.h"
 
 #include <ATen/Context.h>
 #include <ATen/core/Generator.h>
@@ -18,7 +19,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kPrefix = "step-";
-constexpr const char* kPartial = ".partial-";
 constexpr const char* kStateFile = "trainer_state.json";
 constexpr const char* kTensorsFile = "training_state.safetensors";
 constexpr int kFormatVersion = 1;
@@ -35,14 +35,19 @@ std::optional<int64_t> step_of(const fs::path& dir) {
   return std::stoll(digits);
 }
 
-void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  out.flush();
-  if (!out) throw std::runtime_error(path.string() + ": cannot write");
+}  // namespace
+
+nlohmann::json RunCounters::to_json() const {
+  return {{"tokens", tokens}, {"supervised_tokens", supervised_tokens}, {"train_seconds", train_seconds}};
 }
 
-}  // namespace
+RunCounters RunCounters::from_json(const nlohmann::json& j) {
+  RunCounters c;
+  c.tokens = j.value("tokens", int64_t{0});
+  c.supervised_tokens = j.value("supervised_tokens", int64_t{0});
+  c.train_seconds = j.value("train_seconds", 0.0);
+  return c;
+}
 
 fs::path checkpoints_dir(const fs::path& output_dir) { return output_dir / "checkpoints"; }
 
@@ -77,31 +82,30 @@ fs::path save_checkpoint(const fs::path& output_dir, const models::ModelConfig& 
                          const fs::path& tokenizer_dir, const TrainingState& state) {
   const fs::path root = checkpoints_dir(output_dir);
   fs::create_directories(root);
-  const std::string name = checkpoint_name(state.step);
-  const fs::path partial = root / (std::string(kPartial) + name);
-  const fs::path final_dir = root / name;
-  remove_tree(partial);
-
-  // The Hugging Face part (save_pretrained builds `partial` itself, atomically).
-  models::save_pretrained(partial, config, params, model_dtype);
-  for (const auto& f : kTokenizerFiles)
-    if (fs::is_regular_file(tokenizer_dir / f)) fs::copy_file(tokenizer_dir / f, partial / f);
-
-  // The training part.
-  models::TensorMap tensors;
-  for (const auto& [k, t] : state.optimizer) tensors["optimizer." + k] = t;
-  for (const auto& [k, t] : state.rng) tensors["rng." + k] = t;
-  models::write_safetensors(partial / kTensorsFile, tensors, {{"fptrain_step", std::to_string(state.step)}});
-  write_text(partial / "config.yaml", state.config_yaml);
-  nlohmann::json meta = {{"format_version", kFormatVersion},
-                         {"step", state.step},
-                         {"total_steps", state.total_steps},
-                         {"data_cursor", nlohmann::json::parse(state.data_cursor)},
-                         {"counters", state.counters}};
-  write_text(partial / kStateFile, meta.dump(2));  // written last: its presence marks completeness
-
-  if (fs::exists(final_dir)) remove_tree(final_dir);
-  fs::rename(partial, final_dir);
+  const fs::path final_dir = root / checkpoint_name(state.step);
+  common::remove_stale_siblings(final_dir);
+  const fs::path staging = common::staging_path(final_dir);  // hidden: never listed as a checkpoint
+  try {
+    // The Hugging Face part, then the tokenizer files and the training part.
+    models::save_pretrained(staging, config, params, model_dtype);
+    for (const auto& f : kTokenizerFiles)
+      if (fs::is_regular_file(tokenizer_dir / f)) fs::copy_file(tokenizer_dir / f, staging / f);
+    models::TensorMap tensors;
+    for (const auto& [k, t] : state.optimizer) tensors["optimizer." + k] = t;
+    for (const auto& [k, t] : state.rng) tensors["rng." + k] = t;
+    models::write_safetensors(staging / kTensorsFile, tensors, {{"fptrain_step", std::to_string(state.step)}});
+    common::write_file_atomically(staging / "config.yaml", state.config_yaml);
+    nlohmann::json meta = {{"format_version", kFormatVersion},
+                           {"step", state.step},
+                           {"total_steps", state.total_steps},
+                           {"data_cursor", nlohmann::json::parse(state.data_cursor)},
+                           {"counters", state.counters.to_json()}};
+    common::write_file_atomically(staging / kStateFile, meta.dump(2));
+    common::replace_folder(staging, final_dir);
+  } catch (...) {
+    common::remove_tree(staging);
+    throw;
+  }
   return final_dir;
 }
 
@@ -122,7 +126,7 @@ TrainingState load_training_state(const fs::path& dir) {
     s.step = meta.at("step").get<int64_t>();
     s.total_steps = meta.at("total_steps").get<int64_t>();
     s.data_cursor = meta.at("data_cursor").dump();
-    s.counters = meta.value("counters", nlohmann::json::object());
+    s.counters = RunCounters::from_json(meta.value("counters", nlohmann::json::object()));
   } catch (const std::exception& e) {
     throw std::runtime_error(meta_path.string() + ": " + e.what());
   }
@@ -138,10 +142,13 @@ TrainingState load_training_state(const fs::path& dir) {
 void prune_checkpoints(const fs::path& output_dir, int64_t keep_last) {
   const fs::path root = checkpoints_dir(output_dir);
   if (!fs::is_directory(root)) return;
-  for (const auto& e : fs::directory_iterator(root))
-    if (e.path().filename().string().rfind(kPartial, 0) == 0) remove_tree(e.path());
+  // Moved aside before deletion: a folder named step-* is always complete.
   auto all = list_checkpoints(output_dir);
-  for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i) remove_tree(all[i]);
+  for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i) common::remove_tree_atomically(all[i]);
+  for (const auto& e : fs::directory_iterator(root)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(".step-", 0) == 0) common::remove_tree(e.path());  // leftovers of killed saves and deletions
+  }
 }
 
 std::vector<std::pair<std::string, at::Tensor>> capture_rng_states() {

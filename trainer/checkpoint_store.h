@@ -4,8 +4,9 @@
 //   training_state.safetensors        AdamW weights (fp32 masters), moments; RNG states
 //   trainer_state.json                step, schedule position, data cursor, counters
 //   config.yaml                       the run's resolved configuration
-// A checkpoint is assembled in a ".partial-" folder and renamed into place, so
-// a folder named step-* is always complete.
+// A checkpoint is assembled in a hidden ".step-N.tmp.<pid>" folder and renamed
+// into place, and moved aside before it is deleted, so a folder named step-* is
+// always complete.
 #pragma once
 
 #include "models/model_config.h"
@@ -22,11 +23,21 @@
 
 namespace fptrain::trainer {
 
+// What a run has consumed so far, carried across resumes.
+struct RunCounters {
+  int64_t tokens = 0;  // non-padding
+  int64_t supervised_tokens = 0;
+  double train_seconds = 0.0;
+
+  nlohmann::json to_json() const;
+  static RunCounters from_json(const nlohmann::json& j);  // missing fields stay 0
+};
+
 struct TrainingState {
   int64_t step = 0;  // optimizer steps completed
   int64_t total_steps = 0;
   std::string data_cursor;  // data::DataCursor::to_json()
-  nlohmann::json counters = nlohmann::json::object();  // tokens seen, elapsed time, last loss...
+  RunCounters counters;
   std::string config_yaml;
   std::vector<std::pair<std::string, at::Tensor>> optimizer;  // AdamW::state()
   std::vector<std::pair<std::string, at::Tensor>> rng;        // "cpu", "cuda:0", ...: generator states
@@ -47,8 +58,8 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& output_dir, c
 // Reads training_state.safetensors and trainer_state.json of a checkpoint folder.
 TrainingState load_training_state(const std::filesystem::path& checkpoint_dir);
 
-// Deletes the oldest checkpoints so that `keep_last` remain; also removes
-// leftover .partial- folders of interrupted saves.
+// Deletes the oldest checkpoints so that `keep_last` remain; also removes the
+// hidden leftovers of interrupted saves and deletions.
 void prune_checkpoints(const std::filesystem::path& output_dir, int64_t keep_last);
 
 // Generator states of the CPU and of every CUDA device, and their restoration.

@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <map>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -31,12 +34,20 @@ struct Where {
   throw std::invalid_argument(w.str() + ": " + problem);
 }
 
+int line_of(const YAML::Node& node) { return node.Mark().line >= 0 ? node.Mark().line + 1 : -1; }
+
 std::string scalar_text(const YAML::Node& node) {
-  if (node.IsScalar()) return "'" + node.Scalar() + "'";
+  if (node.IsScalar()) {
+    std::string s = node.Scalar();
+    if (s.size() > 60) s = s.substr(0, 60) + "...";
+    return "'" + s + "'";
+  }
   if (node.IsSequence()) return "a list";
   if (node.IsMap()) return "a mapping";
   return "nothing";
 }
+
+// ---- scalar readers: type checks with the key in the message ---------------
 
 double as_double(const YAML::Node& node, const Where& w) {
   if (node.IsScalar()) {
@@ -83,12 +94,14 @@ std::string as_string(const YAML::Node& node, const Where& w) {
   fail(w, "expected a non-empty string, got " + scalar_text(node));
 }
 
-std::string as_choice(const YAML::Node& node, const Where& w, const std::vector<std::string>& choices) {
-  std::string s = as_string(node, w);
-  if (std::find(choices.begin(), choices.end(), s) != choices.end()) return s;
-  std::string list;
-  for (const auto& c : choices) list += (list.empty() ? "" : " | ") + c;
-  fail(w, "'" + s + "' is not one of " + list);
+template <class E>
+E as_enum(const YAML::Node& node, const Where& w) {
+  const std::string s = as_string(node, w);
+  try {
+    return common::parse_enum<E>(s, "");
+  } catch (const std::invalid_argument&) {
+    fail(w, "'" + s + "' is not one of " + common::enum_choices<E>());
+  }
 }
 
 double in_range(double v, const Where& w, double lo, double hi, bool lo_open = false) {
@@ -100,31 +113,54 @@ double in_range(double v, const Where& w, double lo, double hi, bool lo_open = f
   return v;
 }
 
-int64_t at_least(int64_t v, const Where& w, int64_t lo) {
+int64_t in_range(int64_t v, const Where& w, int64_t lo, int64_t hi) {
   if (v < lo) fail(w, std::to_string(v) + " must be >= " + std::to_string(lo));
+  if (v > hi) fail(w, std::to_string(v) + " must be <= " + std::to_string(hi));
   return v;
 }
 
-std::vector<DataFileConfig> as_data_files(const YAML::Node& node, const Where& w) {
-  std::vector<DataFileConfig> files;
+// ---- scalar writers for to_yaml ---------------------------------------------
+
+// The shortest text that reads back as the same double ("2e-05", not "2.0000000000000002e-05").
+std::string double_text(double v) {
+  char buf[40];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  std::string s = buf;
+  if (s.find_first_of(".en") == std::string::npos) s += ".0";  // stays a float in YAML
+  return s;
+}
+
+YAML::Node scalar(const std::string& text) { return YAML::Node(text); }
+
+// What a getter returns for a key to leave out of to_yaml (an unset optional key).
+YAML::Node omitted() { return YAML::Node(YAML::NodeType::Undefined); }
+
+// ---- compound values --------------------------------------------------------
+
+std::vector<data::DataFile> as_data_files(const YAML::Node& node, const Where& w) {
+  std::vector<data::DataFile> files;
   auto one = [&](const YAML::Node& item, const Where& iw) {
-    DataFileConfig f;
+    data::DataFile f;
     if (item.IsScalar()) {
       f.path = as_string(item, iw);
       return f;
     }
     if (!item.IsMap()) fail(iw, "expected a file path or {path, weight, format}, got " + scalar_text(item));
     static const std::vector<std::string> keys = {"path", "weight", "format"};
+    std::set<std::string> seen;
     for (const auto& kv : item) {
-      std::string k = kv.first.Scalar();
-      Where kw{iw.source, iw.path + "." + k, kv.first.Mark().line >= 0 ? kv.first.Mark().line + 1 : -1};
+      const std::string k = kv.first.Scalar();
+      const Where kw{iw.source, iw.path + "." + k, line_of(kv.first)};
+      if (!seen.insert(k).second) fail(kw, "is given twice");
       if (k == "path") {
         f.path = as_string(kv.second, kw);
       } else if (k == "weight") {
         f.weight = in_range(as_double(kv.second, kw), kw, 0.0, 1e9, true);
       } else if (k == "format") {
-        f.format = as_choice(kv.second, kw,
-                             {"auto", "messages", "prompt_completion", "alpaca", "text", "tokens"});
+        f.format = as_enum<data::ExampleFormat>(kv.second, kw);
       } else {
         std::string best = keys[0];
         for (const auto& c : keys)
@@ -138,7 +174,7 @@ std::vector<DataFileConfig> as_data_files(const YAML::Node& node, const Where& w
   if (node.IsSequence()) {
     for (size_t i = 0; i < node.size(); ++i) {
       Where iw{w.source, w.path + "[" + std::to_string(i) + "]", w.line};
-      if (node[i].Mark().line >= 0) iw.line = node[i].Mark().line + 1;
+      if (line_of(node[i]) >= 0) iw.line = line_of(node[i]);
       files.push_back(one(node[i], iw));
     }
   } else {
@@ -146,6 +182,19 @@ std::vector<DataFileConfig> as_data_files(const YAML::Node& node, const Where& w
   }
   if (files.empty()) fail(w, "expected at least one file");
   return files;
+}
+
+YAML::Node data_files_node(const std::vector<data::DataFile>& files) {
+  YAML::Node seq(YAML::NodeType::Sequence);
+  for (const auto& f : files) {
+    YAML::Node m(YAML::NodeType::Map);
+    m["path"] = f.path.string();
+    m["weight"] = scalar(double_text(f.weight));
+    m["format"] = common::enum_name(f.format);
+    m.SetStyle(YAML::EmitterStyle::Flow);
+    seq.push_back(m);
+  }
+  return seq;
 }
 
 // Activation checkpointing: none | every_layer | every_<k> | k (integer) | true/false.
@@ -165,143 +214,185 @@ int64_t as_checkpointing(const YAML::Node& node, const Where& w) {
   fail(w, "expected none, every_layer, every_<k> or an integer k >= 0, got " + scalar_text(node));
 }
 
-using Setter = std::function<void(const YAML::Node&, TrainConfig&, const Where&)>;
+std::string as_device(const YAML::Node& node, const Where& w) {
+  const std::string s = as_string(node, w);
+  bool ok = s == "auto" || s == "cpu" || s == "cuda";
+  if (!ok && s.rfind("cuda:", 0) == 0 && s.size() > 5 && s.size() < 9)
+    ok = std::all_of(s.begin() + 5, s.end(), ::isdigit);
+  if (!ok) fail(w, "'" + s + "' is not one of auto | cpu | cuda | cuda:N");
+  return s;
+}
+
+// ---- the key table: one entry per key, read and written from the same place --
+
+// Returns the config member a key stands for.
+#define MEMBER(member) [](TrainConfig& c) -> auto& { return c.member; }
 
 struct KeyDef {
   ConfigKey key;
-  Setter set;
+  std::function<void(const YAML::Node&, TrainConfig&, const Where&)> set;
+  // The value for to_yaml; an undefined node leaves the key out (unset optional keys).
+  std::function<YAML::Node(TrainConfig&)> get;
 };
+
+class KeyTable {
+ public:
+  std::vector<KeyDef> defs;
+
+  template <class Field>
+  void integer(std::string path, std::string doc, Field field, int64_t lo,
+               int64_t hi = std::numeric_limits<int64_t>::max(), bool omit_zero = false) {
+    add(std::move(path), std::move(doc),
+        [=](auto& n, auto& c, auto& w) { field(c) = static_cast<std::decay_t<decltype(field(c))>>(in_range(as_int(n, w), w, lo, hi)); },
+        [=](TrainConfig& c) {
+          const int64_t v = static_cast<int64_t>(field(c));
+          return omit_zero && v == 0 ? omitted() : YAML::Node(v);
+        });
+  }
+  template <class Field>
+  void number(std::string path, std::string doc, Field field, double lo, double hi, bool lo_open = false) {
+    add(std::move(path), std::move(doc),
+        [=](auto& n, auto& c, auto& w) { field(c) = in_range(as_double(n, w), w, lo, hi, lo_open); },
+        [=](TrainConfig& c) { return scalar(double_text(field(c))); });
+  }
+  template <class Field>
+  void boolean(std::string path, std::string doc, Field field) {
+    add(std::move(path), std::move(doc), [=](auto& n, auto& c, auto& w) { field(c) = as_bool(n, w); },
+        [=](TrainConfig& c) { return YAML::Node(static_cast<bool>(field(c))); });
+  }
+  template <class Field>
+  void string(std::string path, std::string doc, Field field) {
+    add(std::move(path), std::move(doc), [=](auto& n, auto& c, auto& w) { field(c) = as_string(n, w); },
+        [=](TrainConfig& c) { return YAML::Node(field(c)); });
+  }
+  // The doc starts with the choices, taken from the enum's names.
+  template <class E, class Field>
+  void choice(std::string path, std::string doc, Field field) {
+    add(std::move(path), common::enum_choices<E>() + ": " + doc,
+        [=](auto& n, auto& c, auto& w) { field(c) = as_enum<E>(n, w); },
+        [=](TrainConfig& c) { return YAML::Node(common::enum_name(field(c))); });
+  }
+  void custom(std::string path, std::string doc, std::function<void(const YAML::Node&, TrainConfig&, const Where&)> set,
+              std::function<YAML::Node(TrainConfig&)> get) {
+    add(std::move(path), std::move(doc), std::move(set), std::move(get));
+  }
+
+ private:
+  void add(std::string path, std::string doc, std::function<void(const YAML::Node&, TrainConfig&, const Where&)> set,
+           std::function<YAML::Node(TrainConfig&)> get) {
+    defs.push_back({{std::move(path), std::move(doc)}, std::move(set), std::move(get)});
+  }
+};
+
+constexpr int64_t kMaxInt32 = std::numeric_limits<int32_t>::max();
 
 const std::vector<KeyDef>& key_defs() {
   static const std::vector<KeyDef> defs = [] {
-    std::vector<KeyDef> d;
-    auto add = [&](std::string path, std::string doc, Setter set) {
-      d.push_back({{std::move(path), std::move(doc)}, std::move(set)});
-    };
+    KeyTable t;
     // model
-    add("model.path", "Hugging Face model directory (config.json, safetensors, tokenizer)",
-        [](auto& n, auto& c, auto& w) { c.model.path = as_string(n, w); });
-    add("model.dtype", "auto | float32 | bfloat16 | float16; auto = bfloat16 on CUDA, float32 on CPU",
-        [](auto& n, auto& c, auto& w) {
-          c.model.dtype = as_choice(n, w, {"auto", "float32", "bfloat16", "float16"});
-        });
-    add("model.attention", "auto | fptrain | torch-fa2 | reference",
-        [](auto& n, auto& c, auto& w) {
-          c.model.attention = as_choice(n, w, {"auto", "fptrain", "torch-fa2", "reference"});
-        });
-    add("model.activation_checkpointing", "none | every_layer | every_<k> (recompute layers 0, k, 2k, ...)",
-        [](auto& n, auto& c, auto& w) { c.model.activation_checkpointing = as_checkpointing(n, w); });
+    t.string("model.path", "Hugging Face model directory (config.json, safetensors, tokenizer)", MEMBER(model.path));
+    t.choice<ModelDtype>("model.dtype", "auto = bfloat16 on CUDA, float32 on CPU", MEMBER(model.dtype));
+    t.choice<AttentionChoice>("model.attention",
+                              "auto = hopper (our kernels) where they run, else torch-fa2, else reference",
+                              MEMBER(model.attention));
+    t.custom(
+        "model.activation_checkpointing", "none | every_layer | every_<k> (recompute layers 0, k, 2k, ...)",
+        [](auto& n, auto& c, auto& w) { c.model.activation_checkpointing = as_checkpointing(n, w); },
+        [](TrainConfig& c) { return YAML::Node(c.model.activation_checkpointing); });
     // data
-    add("data.train", "training JSONL: a path, or a list of paths or {path, weight, format}",
-        [](auto& n, auto& c, auto& w) { c.data.train = as_data_files(n, w); });
-    add("data.eval", "evaluation JSONL, same forms as data.train",
-        [](auto& n, auto& c, auto& w) { c.data.eval = as_data_files(n, w); });
-    add("data.max_length", "longest example in tokens",
-        [](auto& n, auto& c, auto& w) { c.data.max_length = at_least(as_int(n, w), w, 2); });
-    add("data.overlong", "truncate | drop: examples longer than max_length",
-        [](auto& n, auto& c, auto& w) { c.data.overlong = as_choice(n, w, {"truncate", "drop"}); });
-    add("data.bad_lines", "error | skip: malformed JSONL lines",
-        [](auto& n, auto& c, auto& w) { c.data.bad_lines = as_choice(n, w, {"error", "skip"}); });
-    add("data.max_zero_supervised_fraction",
-        "stop with an error when more examples than this fraction have no supervised token",
-        [](auto& n, auto& c, auto& w) {
-          c.data.max_zero_supervised_fraction = in_range(as_double(n, w), w, 0.0, 1.0);
-        });
-    add("data.chat_template", "auto | none | llama3 | llama2 | mistral | granite3 (auto: from tokenizer_config.json)",
-        [](auto& n, auto& c, auto& w) {
-          c.data.chat_template = as_choice(n, w, {"auto", "none", "llama3", "llama2", "mistral", "granite3"});
-        });
-    add("data.loss_mask", "assistant | last_assistant | all: which chat tokens carry loss",
-        [](auto& n, auto& c, auto& w) {
-          c.data.loss_mask = as_choice(n, w, {"assistant", "last_assistant", "all"});
-        });
-    add("data.pad_id", "padding token id for pad mode (default: chosen by the pipeline, never EOS)",
-        [](auto& n, auto& c, auto& w) { c.data.pad_id = in_range(as_int(n, w), w, 0, 2147483647); });
-    add("data.shuffle", "shuffle examples each epoch (deterministic from training.seed)",
-        [](auto& n, auto& c, auto& w) { c.data.shuffle = as_bool(n, w); });
-    add("data.shuffle_window", "pack mode: examples best-fit-decreasing sees at once",
-        [](auto& n, auto& c, auto& w) { c.data.shuffle_window = at_least(as_int(n, w), w, 1); });
-    add("data.workers", "tokenizer threads running ahead of the model (0: inline)",
-        [](auto& n, auto& c, auto& w) { c.data.workers = in_range(as_int(n, w), w, 0, 256); });
-    add("data.prefetch_steps", "optimizer steps of batches prepared ahead",
-        [](auto& n, auto& c, auto& w) { c.data.prefetch_steps = in_range(as_int(n, w), w, 1, 1024); });
+    t.custom("data.train", "training JSONL: a path, or a list of paths or {path, weight, format}",
+             [](auto& n, auto& c, auto& w) { c.data.train = as_data_files(n, w); },
+             [](TrainConfig& c) { return data_files_node(c.data.train); });
+    t.custom("data.eval", "evaluation JSONL, same forms as data.train",
+             [](auto& n, auto& c, auto& w) { c.data.eval = as_data_files(n, w); },
+             [](TrainConfig& c) { return c.data.eval.empty() ? omitted() : data_files_node(c.data.eval); });
+    t.integer("data.max_length", "longest example in tokens", MEMBER(data.max_length), 2);
+    t.choice<data::OverlongPolicy>("data.overlong", "examples longer than max_length", MEMBER(data.overlong));
+    t.choice<data::BadLinePolicy>("data.bad_lines", "malformed JSONL lines", MEMBER(data.bad_lines));
+    t.number("data.max_zero_supervised_fraction",
+             "stop with an error when more examples than this fraction have no supervised token",
+             MEMBER(data.max_zero_supervised_fraction), 0.0, 1.0);
+    t.choice<data::ChatTemplateKind>("data.chat_template", "auto = from tokenizer_config.json",
+                                     MEMBER(data.chat_template));
+    t.choice<data::ChatLossMask>("data.loss_mask", "which chat tokens carry loss", MEMBER(data.loss_mask));
+    t.custom(
+        "data.pad_id", "padding token id for pad mode (default: chosen by the pipeline, never EOS)",
+        [](auto& n, auto& c, auto& w) { c.data.pad_id = static_cast<int32_t>(in_range(as_int(n, w), w, 0, kMaxInt32)); },
+        [](TrainConfig& c) { return c.data.pad_id ? YAML::Node(*c.data.pad_id) : omitted(); });
+    t.boolean("data.shuffle", "shuffle examples each epoch (deterministic from training.seed)", MEMBER(data.shuffle));
+    t.integer("data.shuffle_window", "pack mode: examples best-fit-decreasing sees at once",
+              MEMBER(data.shuffle_window), 1);
+    t.integer("data.workers", "tokenizer threads running ahead of the model (0: inline)", MEMBER(data.workers), 0,
+              256);
+    t.integer("data.prefetch_steps", "optimizer steps of batches prepared ahead", MEMBER(data.prefetch_steps), 1,
+              1024);
     // batching
-    add("batching.mode", "flatten | pad | pack",
-        [](auto& n, auto& c, auto& w) { c.batching.mode = as_choice(n, w, {"flatten", "pad", "pack"}); });
-    add("batching.examples_per_micro_batch", "examples per micro-batch (flatten, pad)",
-        [](auto& n, auto& c, auto& w) { c.batching.examples_per_micro_batch = at_least(as_int(n, w), w, 1); });
-    add("batching.max_tokens", "token budget per micro-batch (pack)",
-        [](auto& n, auto& c, auto& w) { c.batching.max_tokens = at_least(as_int(n, w), w, 1); });
-    add("batching.grad_accumulation", "micro-batches per optimizer step",
-        [](auto& n, auto& c, auto& w) { c.batching.grad_accumulation = at_least(as_int(n, w), w, 1); });
+    t.choice<data::BatchMode>("batching.mode", "how examples form micro-batches", MEMBER(batching.mode));
+    t.integer("batching.examples_per_micro_batch", "examples per micro-batch (flatten, pad)",
+              MEMBER(batching.examples_per_micro_batch), 1);
+    t.integer("batching.max_tokens", "token budget per micro-batch (pack; required there)",
+              MEMBER(batching.max_tokens), 1, std::numeric_limits<int64_t>::max(), /*omit_zero=*/true);
+    t.integer("batching.grad_accumulation", "micro-batches per optimizer step", MEMBER(batching.grad_accumulation),
+              1);
     // optimizer
-    add("optimizer.lr", "peak learning rate",
-        [](auto& n, auto& c, auto& w) { c.optimizer.lr = in_range(as_double(n, w), w, 0.0, 10.0, true); });
-    add("optimizer.betas", "[beta1, beta2]", [](auto& n, auto& c, auto& w) {
-      if (!n.IsSequence() || n.size() != 2) fail(w, "expected [beta1, beta2], got " + scalar_text(n));
-      c.optimizer.beta1 = in_range(as_double(n[0], w), w, 0.0, 1.0);
-      c.optimizer.beta2 = in_range(as_double(n[1], w), w, 0.0, 1.0);
-      if (c.optimizer.beta1 >= 1.0 || c.optimizer.beta2 >= 1.0) fail(w, "betas must be < 1");
-    });
-    add("optimizer.eps", "AdamW epsilon",
-        [](auto& n, auto& c, auto& w) { c.optimizer.eps = in_range(as_double(n, w), w, 0.0, 1.0, true); });
-    add("optimizer.weight_decay", "decoupled weight decay (applied to every parameter)",
-        [](auto& n, auto& c, auto& w) { c.optimizer.weight_decay = in_range(as_double(n, w), w, 0.0, 10.0); });
-    add("optimizer.master_weights", "true: fp32 master weights and moments; false: pure model dtype",
-        [](auto& n, auto& c, auto& w) { c.optimizer.master_weights = as_bool(n, w); });
-    add("optimizer.grad_clip", "max global gradient L2 norm; 0 disables clipping",
-        [](auto& n, auto& c, auto& w) { c.optimizer.grad_clip = in_range(as_double(n, w), w, 0.0, 1e9); });
-    // schedule
-    add("schedule.warmup_steps", "linear warmup from 0 to optimizer.lr",
-        [](auto& n, auto& c, auto& w) { c.schedule.warmup_steps = at_least(as_int(n, w), w, 0); });
-    add("schedule.decay", "cosine | linear | constant, after warmup",
+    t.number("optimizer.lr", "peak learning rate", MEMBER(optimizer.lr), 0.0, 10.0, /*lo_open=*/true);
+    t.custom(
+        "optimizer.betas", "[beta1, beta2]",
         [](auto& n, auto& c, auto& w) {
-          c.schedule.decay = as_choice(n, w, {"cosine", "linear", "constant"});
+          if (!n.IsSequence() || n.size() != 2) fail(w, "expected [beta1, beta2], got " + scalar_text(n));
+          c.optimizer.beta1 = in_range(as_double(n[0], w), w, 0.0, 1.0);
+          c.optimizer.beta2 = in_range(as_double(n[1], w), w, 0.0, 1.0);
+          if (c.optimizer.beta1 >= 1.0 || c.optimizer.beta2 >= 1.0) fail(w, "betas must be < 1");
+        },
+        [](TrainConfig& c) {
+          YAML::Node seq(YAML::NodeType::Sequence);
+          seq.push_back(scalar(double_text(c.optimizer.beta1)));
+          seq.push_back(scalar(double_text(c.optimizer.beta2)));
+          seq.SetStyle(YAML::EmitterStyle::Flow);
+          return seq;
         });
-    add("schedule.min_lr", "learning rate at the end of the decay",
-        [](auto& n, auto& c, auto& w) { c.schedule.min_lr = in_range(as_double(n, w), w, 0.0, 10.0); });
+    t.number("optimizer.eps", "AdamW epsilon", MEMBER(optimizer.eps), 0.0, 1.0, /*lo_open=*/true);
+    t.number("optimizer.weight_decay", "decoupled weight decay (applied to every parameter)",
+             MEMBER(optimizer.weight_decay), 0.0, 10.0);
+    t.boolean("optimizer.master_weights", "true: fp32 master weights and moments; false: pure model dtype",
+              MEMBER(optimizer.master_weights));
+    t.number("optimizer.grad_clip", "max global gradient L2 norm; 0 disables clipping", MEMBER(optimizer.grad_clip),
+             0.0, 1e9);
+    // schedule
+    t.integer("schedule.warmup_steps", "linear warmup from 0 to optimizer.lr", MEMBER(schedule.warmup_steps), 0);
+    t.choice<LrDecay>("schedule.decay", "after warmup", MEMBER(schedule.decay));
+    t.number("schedule.min_lr", "learning rate at the end of the decay", MEMBER(schedule.min_lr), 0.0, 10.0);
     // training
-    add("training.max_steps", "optimizer steps (0: from training.epochs)",
-        [](auto& n, auto& c, auto& w) { c.training.max_steps = at_least(as_int(n, w), w, 0); });
-    add("training.epochs", "passes over data.train (used when max_steps is 0)",
-        [](auto& n, auto& c, auto& w) { c.training.epochs = at_least(as_int(n, w), w, 0); });
-    add("training.seed", "seed for shuffling and initialisation",
-        [](auto& n, auto& c, auto& w) { c.training.seed = static_cast<uint64_t>(at_least(as_int(n, w), w, 0)); });
-    add("training.stop_at_step", "stop after this step with a checkpoint, as SIGTERM would (0: never); run again to resume",
-        [](auto& n, auto& c, auto& w) { c.training.stop_at_step = at_least(as_int(n, w), w, 0); });
+    t.integer("training.max_steps", "optimizer steps (0: from training.epochs)", MEMBER(training.max_steps), 0);
+    t.integer("training.epochs", "passes over data.train (used when max_steps is 0)", MEMBER(training.epochs), 0);
+    t.integer("training.seed", "seed for shuffling and initialisation", MEMBER(training.seed), 0);
+    t.integer("training.stop_at_step",
+              "stop after this step with a checkpoint, as SIGTERM would (0: never); run again to resume",
+              MEMBER(training.stop_at_step), 0, std::numeric_limits<int64_t>::max(), /*omit_zero=*/true);
     // logging
-    add("logging.log_interval", "steps between metric lines",
-        [](auto& n, auto& c, auto& w) { c.logging.log_interval = at_least(as_int(n, w), w, 1); });
-    add("logging.eval_interval", "steps between evaluations on data.eval (0: at the end only)",
-        [](auto& n, auto& c, auto& w) { c.logging.eval_interval = at_least(as_int(n, w), w, 0); });
-    add("logging.eval_max_batches", "cap on eval micro-batches (0: all)",
-        [](auto& n, auto& c, auto& w) { c.logging.eval_max_batches = at_least(as_int(n, w), w, 0); });
+    t.integer("logging.log_interval", "steps between metric lines", MEMBER(logging.log_interval), 1);
+    t.integer("logging.eval_interval", "steps between evaluations on data.eval (0: at the end only)",
+              MEMBER(logging.eval_interval), 0);
+    t.integer("logging.eval_max_batches", "cap on eval micro-batches (0: all)", MEMBER(logging.eval_max_batches), 0);
     // checkpoint
-    add("checkpoint.interval", "steps between checkpoints (0: final only)",
-        [](auto& n, auto& c, auto& w) { c.checkpoint.interval = at_least(as_int(n, w), w, 0); });
-    add("checkpoint.keep_last", "checkpoints kept; older ones are deleted",
-        [](auto& n, auto& c, auto& w) { c.checkpoint.keep_last = at_least(as_int(n, w), w, 1); });
-    add("checkpoint.save_final", "save a checkpoint when training ends",
-        [](auto& n, auto& c, auto& w) { c.checkpoint.save_final = as_bool(n, w); });
+    t.integer("checkpoint.interval", "steps between checkpoints (0: final only)", MEMBER(checkpoint.interval), 0);
+    t.integer("checkpoint.keep_last", "checkpoints kept; older ones are deleted", MEMBER(checkpoint.keep_last), 1);
+    t.boolean("checkpoint.save_final", "save a checkpoint when training ends", MEMBER(checkpoint.save_final));
     // top level
-    add("output_dir", "run directory: config.yaml, train.log, metrics.jsonl, summary.json, checkpoints/",
-        [](auto& n, auto& c, auto& w) { c.output_dir = as_string(n, w); });
-    add("resume", "auto (latest checkpoint in output_dir, if any) | none | <checkpoint dir>",
-        [](auto& n, auto& c, auto& w) { c.resume = as_string(n, w); });
-    add("device", "auto | cpu | cuda | cuda:N", [](auto& n, auto& c, auto& w) {
-      std::string s = as_string(n, w);
-      bool ok = s == "auto" || s == "cpu" || s == "cuda";
-      if (!ok && s.rfind("cuda:", 0) == 0 && s.size() > 5)
-        ok = std::all_of(s.begin() + 5, s.end(), ::isdigit);
-      if (!ok) fail(w, "'" + s + "' is not one of auto | cpu | cuda | cuda:N");
-      c.device = s;
-    });
-    add("cpu_threads", "LibTorch intra-op threads for CPU compute (0: one per core)",
-        [](auto& n, auto& c, auto& w) { c.cpu_threads = in_range(as_int(n, w), w, 0, 4096); });
-    return d;
+    t.string("output_dir", "run directory: config.yaml, train.log, metrics.jsonl, summary.json, checkpoints/",
+             MEMBER(output_dir));
+    t.string("resume", "auto (latest checkpoint in output_dir, if any) | none | <checkpoint dir>", MEMBER(resume));
+    t.custom(
+        "device", "auto | cpu | cuda | cuda:N", [](auto& n, auto& c, auto& w) { c.device = as_device(n, w); },
+        [](TrainConfig& c) { return YAML::Node(c.device); });
+    t.integer("cpu_threads", "LibTorch intra-op threads for CPU compute (0: one per core)", MEMBER(cpu_threads), 0,
+              4096, /*omit_zero=*/true);
+    return t.defs;
   }();
   return defs;
 }
+
+#undef MEMBER
 
 const KeyDef* find_key(const std::string& path) {
   for (const auto& d : key_defs())
@@ -325,7 +416,23 @@ std::string leaf_of(const std::string& path) {
   return dot == std::string::npos ? path : path.substr(dot + 1);
 }
 
-// Nearest valid key: among siblings by leaf name, else anywhere by leaf name.
+// "weight_decay" -> "wd".
+std::string initials(const std::string& name) {
+  std::string s;
+  for (size_t i = 0; i < name.size(); ++i)
+    if (i == 0 || name[i - 1] == '_') s += name[i];
+  return s;
+}
+
+// An abbreviation of `full`: its initials ("wd") or a prefix of 3+ letters ("warmup").
+bool abbreviates(const std::string& leaf, const std::string& full) {
+  if (leaf.size() >= 2 && full.find('_') != std::string::npos && leaf == initials(full)) return true;
+  return leaf.size() >= 3 && full.size() > leaf.size() && full.compare(0, leaf.size(), leaf) == 0;
+}
+
+// Nearest valid key: among siblings by leaf name (or abbreviation), else
+// anywhere by leaf name; nothing when every key is far (an unrelated
+// suggestion misleads).
 std::string suggest(const std::string& path) {
   std::set<std::string> candidates;  // full paths of keys and sections
   for (const auto& d : key_defs()) {
@@ -336,6 +443,9 @@ std::string suggest(const std::string& path) {
     }
   }
   const std::string parent = parent_of(path), leaf = leaf_of(path);
+  const size_t tolerance = std::max<size_t>(1, leaf.size() / 3);
+  for (const auto& c : candidates)
+    if (parent_of(c) == parent && abbreviates(leaf, leaf_of(c))) return c;
   std::string best;
   size_t best_d = std::numeric_limits<size_t>::max();
   for (const auto& c : candidates) {
@@ -343,7 +453,6 @@ std::string suggest(const std::string& path) {
     size_t dist = edit_distance(leaf, leaf_of(c));
     if (dist < best_d) best_d = dist, best = c;
   }
-  const size_t tolerance = std::max<size_t>(2, leaf.size() / 3);
   if (best_d <= tolerance) return best;
   // Same leaf name elsewhere (e.g. 'lr' put under 'training').
   for (const auto& c : candidates) {
@@ -357,26 +466,98 @@ std::string suggest(const std::string& path) {
   std::string msg = "unknown key '" + w.path + "'";
   std::string s = suggest(w.path);
   if (!s.empty()) msg += "; did you mean '" + s + "'?";
-  else msg += " (see docs/configuration.md for the valid keys)";
+  else msg += ": no valid key is close to it (see docs/configuration.md for the valid keys)";
   throw std::invalid_argument(w.source + (w.line >= 0 ? ":" + std::to_string(w.line) : "") + ": " + msg);
 }
 
-void apply_node(const YAML::Node& node, const std::string& prefix, TrainConfig& config,
-                const std::string& source) {
+// One key's value and where it was written; a configuration is a list of these,
+// merged (file, then --set in order) before any value is checked.
+struct Assignment {
+  const KeyDef* def;
+  YAML::Node value;
+  Where where;
+};
+
+using Assignments = std::vector<Assignment>;
+
+void collect(const YAML::Node& node, const std::string& prefix, const std::string& source, Assignments& out,
+             std::map<std::string, int>& first_line) {
   for (const auto& kv : node) {
     const std::string key = kv.first.Scalar();
     const std::string path = prefix.empty() ? key : prefix + "." + key;
-    Where w{source, path, kv.first.Mark().line >= 0 ? kv.first.Mark().line + 1 : -1};
+    const Where w{source, path, line_of(kv.first)};
+    const auto [seen, inserted] = first_line.emplace(path, w.line);
+    if (!inserted)
+      fail(w, "is given twice (first on line " + std::to_string(seen->second) + "); remove one");
     if (const KeyDef* def = find_key(path)) {
-      if (kv.second.IsNull()) fail(w, "has no value");
-      def->set(kv.second, config, w);
+      out.push_back({def, kv.second, w});
     } else if (is_section(path)) {
       if (!kv.second.IsMap()) fail(w, "is a section; expected a mapping of keys, got " + scalar_text(kv.second));
-      apply_node(kv.second, path, config, source);
+      collect(kv.second, path, source, out, first_line);
     } else {
       unknown_key(w);
     }
   }
+}
+
+Assignments read_assignments(const std::string& yaml_text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    throw std::invalid_argument(source + ":" + std::to_string(e.mark.line + 1) + ": invalid YAML: " + e.msg);
+  }
+  Assignments out;
+  if (root.IsNull()) return out;
+  if (!root.IsMap()) throw std::invalid_argument(source + ": expected a mapping of configuration keys");
+  std::map<std::string, int> first_line;
+  collect(root, "", source, out, first_line);
+  return out;
+}
+
+Assignment read_override(const std::string& assignment) {
+  const std::string source = "--set " + assignment;
+  auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0) throw std::invalid_argument(source + ": expected key.path=value");
+  const std::string path = assignment.substr(0, eq);
+  const Where w{source, path, -1};
+  const KeyDef* def = find_key(path);
+  if (!def) {
+    if (is_section(path)) fail(w, "is a section; set one of its keys, e.g. " + path + ".<key>=value");
+    unknown_key(w);
+  }
+  YAML::Node value;
+  try {
+    value = YAML::Load(assignment.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    fail(w, "invalid value: " + e.msg);
+  }
+  return {def, value, w};
+}
+
+// A later assignment of the same key replaces the earlier one (--set over the file).
+void merge(Assignments& into, Assignment a) {
+  for (auto& existing : into)
+    if (existing.def == a.def) {
+      existing = std::move(a);
+      return;
+    }
+  into.push_back(std::move(a));
+}
+
+void apply_assignments(const Assignments& assignments, TrainConfig& config) {
+  for (const auto& a : assignments) {
+    if (a.value.IsNull()) fail(a.where, "has no value");
+    a.def->set(a.value, config, a.where);
+  }
+}
+
+std::string read_text_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument(path.string() + ": cannot open the configuration file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 }  // namespace
@@ -405,49 +586,28 @@ const std::vector<ConfigKey>& config_keys() {
 }
 
 TrainConfig parse_config(const std::string& yaml_text, const std::string& source) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml_text);
-  } catch (const YAML::Exception& e) {
-    throw std::invalid_argument(source + ":" + std::to_string(e.mark.line + 1) + ": invalid YAML: " + e.msg);
-  }
   TrainConfig config;
   config.source = source;
-  if (root.IsNull()) return config;
-  if (!root.IsMap()) throw std::invalid_argument(source + ": expected a mapping of configuration keys");
-  apply_node(root, "", config, source);
+  apply_assignments(read_assignments(yaml_text, source), config);
   return config;
 }
 
 TrainConfig load_config(const std::filesystem::path& yaml_file) {
-  std::ifstream in(yaml_file);
-  if (!in) throw std::invalid_argument(yaml_file.string() + ": cannot open the configuration file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_config(ss.str(), yaml_file.string());
+  return parse_config(read_text_file(yaml_file), yaml_file.string());
+}
+
+TrainConfig load_config(const std::filesystem::path& yaml_file, const std::vector<std::string>& overrides) {
+  Assignments merged = read_assignments(read_text_file(yaml_file), yaml_file.string());
+  for (const auto& o : overrides) merge(merged, read_override(o));
+  TrainConfig config;
+  config.source = yaml_file.string();
+  apply_assignments(merged, config);
+  validate(config);
+  return config;
 }
 
 void apply_override(TrainConfig& config, const std::string& assignment) {
-  const std::string source = "--set " + assignment;
-  auto eq = assignment.find('=');
-  if (eq == std::string::npos || eq == 0)
-    throw std::invalid_argument(source + ": expected key.path=value");
-  const std::string path = assignment.substr(0, eq);
-  const std::string text = assignment.substr(eq + 1);
-  Where w{source, path, -1};
-  const KeyDef* def = find_key(path);
-  if (!def) {
-    if (is_section(path)) fail(w, "is a section; set one of its keys, e.g. " + path + ".<key>=value");
-    unknown_key(w);
-  }
-  YAML::Node value;
-  try {
-    value = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    fail(w, "invalid value: " + e.msg);
-  }
-  if (value.IsNull()) fail(w, "has no value");
-  def->set(value, config, w);
+  apply_assignments({read_override(assignment)}, config);
 }
 
 void validate(const TrainConfig& c) {
@@ -456,100 +616,33 @@ void validate(const TrainConfig& c) {
   };
   if (c.model.path.empty()) bad("model.path", "is required");
   if (c.data.train.empty()) bad("data.train", "is required");
-  if (c.batching.mode == "pack" && c.batching.max_tokens <= 0)
+  if (c.batching.mode == data::BatchMode::kPack && c.batching.max_tokens <= 0)
     bad("batching.max_tokens", "is required in pack mode");
-  if (c.batching.mode == "pack" && c.batching.max_tokens < c.data.max_length)
-    bad("batching.max_tokens", std::to_string(c.batching.max_tokens) +
-                                   " is smaller than data.max_length " + std::to_string(c.data.max_length) +
-                                   ": the longest example would not fit");
+  if (c.batching.mode == data::BatchMode::kPack && c.batching.max_tokens < c.data.max_length)
+    bad("batching.max_tokens", std::to_string(c.batching.max_tokens) + " is smaller than data.max_length " +
+                                   std::to_string(c.data.max_length) + ": the longest example would not fit");
   if (c.training.max_steps == 0 && c.training.epochs == 0)
     bad("training.max_steps", "set training.max_steps or training.epochs");
   if (c.training.max_steps > 0 && c.schedule.warmup_steps > c.training.max_steps)
     bad("schedule.warmup_steps", std::to_string(c.schedule.warmup_steps) + " exceeds training.max_steps " +
                                      std::to_string(c.training.max_steps));
-  if (c.schedule.min_lr > c.optimizer.lr)
-    bad("schedule.min_lr", "exceeds optimizer.lr");
+  if (c.schedule.min_lr > c.optimizer.lr) bad("schedule.min_lr", "exceeds optimizer.lr");
   if (c.logging.eval_interval > 0 && c.data.eval.empty())
     bad("logging.eval_interval", "is set but data.eval is not");
 }
 
-std::string to_yaml(const TrainConfig& c) {
-  YAML::Emitter e;
-  auto files = [&](const std::vector<DataFileConfig>& fs) {
-    e << YAML::BeginSeq;
-    for (const auto& f : fs)
-      e << YAML::Flow << YAML::BeginMap << YAML::Key << "path" << YAML::Value << f.path << YAML::Key
-        << "weight" << YAML::Value << f.weight << YAML::Key << "format" << YAML::Value << f.format
-        << YAML::EndMap;
-    e << YAML::EndSeq;
-  };
-  e << YAML::BeginMap;
-  e << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "path" << YAML::Value << c.model.path;
-  e << YAML::Key << "dtype" << YAML::Value << c.model.dtype;
-  e << YAML::Key << "attention" << YAML::Value << c.model.attention;
-  e << YAML::Key << "activation_checkpointing" << YAML::Value << c.model.activation_checkpointing;
-  e << YAML::EndMap;
-  e << YAML::Key << "data" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "train" << YAML::Value;
-  files(c.data.train);
-  if (!c.data.eval.empty()) {
-    e << YAML::Key << "eval" << YAML::Value;
-    files(c.data.eval);
+std::string to_yaml(const TrainConfig& config) {
+  TrainConfig c = config;  // the getters take a mutable reference; this copy is only read
+  YAML::Node root(YAML::NodeType::Map);
+  for (const auto& d : key_defs()) {
+    YAML::Node value = d.get(c);
+    if (!value.IsDefined()) continue;
+    const std::string parent = parent_of(d.key.path);
+    if (parent.empty()) root[d.key.path] = value;
+    else root[parent][leaf_of(d.key.path)] = value;
   }
-  e << YAML::Key << "max_length" << YAML::Value << c.data.max_length;
-  e << YAML::Key << "overlong" << YAML::Value << c.data.overlong;
-  e << YAML::Key << "bad_lines" << YAML::Value << c.data.bad_lines;
-  e << YAML::Key << "max_zero_supervised_fraction" << YAML::Value << c.data.max_zero_supervised_fraction;
-  e << YAML::Key << "chat_template" << YAML::Value << c.data.chat_template;
-  e << YAML::Key << "loss_mask" << YAML::Value << c.data.loss_mask;
-  if (c.data.pad_id) e << YAML::Key << "pad_id" << YAML::Value << *c.data.pad_id;
-  e << YAML::Key << "shuffle" << YAML::Value << c.data.shuffle;
-  e << YAML::Key << "shuffle_window" << YAML::Value << c.data.shuffle_window;
-  e << YAML::Key << "prefetch_steps" << YAML::Value << c.data.prefetch_steps;
-  e << YAML::Key << "workers" << YAML::Value << c.data.workers;
-  e << YAML::EndMap;
-  e << YAML::Key << "batching" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "mode" << YAML::Value << c.batching.mode;
-  e << YAML::Key << "examples_per_micro_batch" << YAML::Value << c.batching.examples_per_micro_batch;
-  e << YAML::Key << "max_tokens" << YAML::Value << c.batching.max_tokens;
-  e << YAML::Key << "grad_accumulation" << YAML::Value << c.batching.grad_accumulation;
-  e << YAML::EndMap;
-  e << YAML::Key << "optimizer" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "lr" << YAML::Value << c.optimizer.lr;
-  e << YAML::Key << "betas" << YAML::Value << YAML::Flow << YAML::BeginSeq << c.optimizer.beta1
-    << c.optimizer.beta2 << YAML::EndSeq;
-  e << YAML::Key << "eps" << YAML::Value << c.optimizer.eps;
-  e << YAML::Key << "weight_decay" << YAML::Value << c.optimizer.weight_decay;
-  e << YAML::Key << "master_weights" << YAML::Value << c.optimizer.master_weights;
-  e << YAML::Key << "grad_clip" << YAML::Value << c.optimizer.grad_clip;
-  e << YAML::EndMap;
-  e << YAML::Key << "schedule" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "warmup_steps" << YAML::Value << c.schedule.warmup_steps;
-  e << YAML::Key << "decay" << YAML::Value << c.schedule.decay;
-  e << YAML::Key << "min_lr" << YAML::Value << c.schedule.min_lr;
-  e << YAML::EndMap;
-  e << YAML::Key << "training" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "max_steps" << YAML::Value << c.training.max_steps;
-  e << YAML::Key << "epochs" << YAML::Value << c.training.epochs;
-  e << YAML::Key << "seed" << YAML::Value << c.training.seed;
-  if (c.training.stop_at_step > 0) e << YAML::Key << "stop_at_step" << YAML::Value << c.training.stop_at_step;
-  e << YAML::EndMap;
-  e << YAML::Key << "logging" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "log_interval" << YAML::Value << c.logging.log_interval;
-  e << YAML::Key << "eval_interval" << YAML::Value << c.logging.eval_interval;
-  e << YAML::Key << "eval_max_batches" << YAML::Value << c.logging.eval_max_batches;
-  e << YAML::EndMap;
-  e << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "interval" << YAML::Value << c.checkpoint.interval;
-  e << YAML::Key << "keep_last" << YAML::Value << c.checkpoint.keep_last;
-  e << YAML::Key << "save_final" << YAML::Value << c.checkpoint.save_final;
-  e << YAML::EndMap;
-  e << YAML::Key << "output_dir" << YAML::Value << c.output_dir;
-  e << YAML::Key << "resume" << YAML::Value << c.resume;
-  e << YAML::Key << "device" << YAML::Value << c.device;
-  if (c.cpu_threads > 0) e << YAML::Key << "cpu_threads" << YAML::Value << c.cpu_threads;
-  e << YAML::EndMap;
+  YAML::Emitter e;
+  e << root;
   return std::string(e.c_str()) + "\n";
 }
 

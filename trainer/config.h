@@ -8,44 +8,53 @@
 #include <string>
 #include <vector>
 
+#include "common/enum_names.h"
+#include "data/data_options.h"
+
 namespace fptrain::trainer {
 
-struct DataFileConfig {
-  std::string path;
-  double weight = 1.0;         // examples per epoch = round(weight x lines)
-  std::string format = "auto"; // auto | messages | prompt_completion | alpaca | text | tokens
-};
+// The data pipeline's own defaults (data/data_options.h): the one place they are set.
+inline const data::DataOptions& data_defaults() {
+  static const data::DataOptions defaults;
+  return defaults;
+}
+
+// "auto": bfloat16 on CUDA, float32 on CPU.
+enum class ModelDtype { kAuto, kFloat32, kBFloat16, kFloat16 };
+// "auto": our Hopper kernels where they run, else torch-fa2, else reference (trainer/model_setup.h).
+enum class AttentionChoice { kAuto, kHopper, kTorchFA2, kReference };
+enum class LrDecay { kCosine, kLinear, kConstant };
 
 struct ModelSection {
-  std::string path;                 // Hugging Face model directory
-  std::string dtype = "auto";       // auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16
-  std::string attention = "auto";   // auto | fptrain | torch-fa2 | reference
+  std::string path;  // Hugging Face model directory
+  ModelDtype dtype = ModelDtype::kAuto;
+  AttentionChoice attention = AttentionChoice::kAuto;
   // 0: off; 1: every decoder layer; k: every k-th layer (layers 0, k, 2k, ...).
   int64_t activation_checkpointing = 0;
 };
 
-// Maps onto data::DataOptions (data/data_options.h); names and defaults follow it.
+// The `data:` keys; they map one to one onto data::DataOptions.
 struct DataSection {
-  std::vector<DataFileConfig> train;
-  std::vector<DataFileConfig> eval;
-  int64_t max_length = 4096;
-  std::string overlong = "truncate";         // truncate | drop
-  std::string bad_lines = "error";           // error | skip
-  double max_zero_supervised_fraction = 0.01;
-  std::string chat_template = "auto";        // auto | none | llama3 | llama2 | mistral | granite3
-  std::string loss_mask = "assistant";       // assistant | last_assistant | all
-  std::optional<int64_t> pad_id;             // pad mode; unset: chosen by the data pipeline (never EOS)
-  bool shuffle = true;
-  int64_t shuffle_window = 4096;             // pack mode
-  int64_t workers = 2;
-  int64_t prefetch_steps = 4;
+  std::vector<data::DataFile> train;
+  std::vector<data::DataFile> eval;
+  int64_t max_length = data_defaults().max_length;
+  data::OverlongPolicy overlong = data_defaults().overlong;
+  data::BadLinePolicy bad_lines = data_defaults().bad_lines;
+  double max_zero_supervised_fraction = data_defaults().max_zero_supervised_fraction;
+  data::ChatTemplateKind chat_template = data_defaults().chat_template;
+  data::ChatLossMask loss_mask = data_defaults().loss_mask;
+  std::optional<int32_t> pad_id = data_defaults().pad_id;  // pad mode; unset: chosen by the pipeline (never EOS)
+  bool shuffle = data_defaults().shuffle;
+  int64_t shuffle_window = data_defaults().shuffle_window;
+  int64_t workers = data_defaults().workers;
+  int64_t prefetch_steps = data_defaults().prefetch_steps;
 };
 
 struct BatchingSection {
-  std::string mode = "flatten";        // flatten | pad | pack
-  int64_t examples_per_micro_batch = 8; // flatten and pad
-  int64_t max_tokens = 0;               // pack: token budget per micro-batch
-  int64_t grad_accumulation = 1;        // micro-batches per optimizer step
+  data::BatchMode mode = data_defaults().batching;
+  int64_t examples_per_micro_batch = data_defaults().examples_per_micro_batch;  // flatten and pad
+  int64_t max_tokens = data_defaults().max_tokens;  // pack: token budget per micro-batch (required there)
+  int64_t grad_accumulation = 1;                     // micro-batches per optimizer step
 };
 
 struct OptimizerSection {
@@ -61,14 +70,14 @@ struct OptimizerSection {
 
 struct ScheduleSection {
   int64_t warmup_steps = 0;
-  std::string decay = "cosine";  // cosine | linear | constant
-  double min_lr = 0.0;           // the floor the decay reaches at the last step
+  LrDecay decay = LrDecay::kCosine;
+  double min_lr = 0.0;  // the floor the decay reaches at the last step
 };
 
 struct TrainingSection {
   int64_t max_steps = 0;  // optimizer steps; 0 = derive from epochs
   int64_t epochs = 0;
-  uint64_t seed = 0;
+  uint64_t seed = data_defaults().seed;
   // Stop after this step with a checkpoint, as a SIGTERM would (0: never); the
   // same configuration without it resumes. For time-limited jobs.
   int64_t stop_at_step = 0;
@@ -109,14 +118,18 @@ struct ConfigKey {
 };
 const std::vector<ConfigKey>& config_keys();
 
-// Reads and validates a YAML file. Paths inside it (model.path, data files,
-// output_dir) are resolved relative to the current directory, as given.
-// Throws std::invalid_argument naming the file, line, key and problem.
+// Reads a YAML file: every key known, every value of the right type and
+// range. Paths inside it (model.path, data files, output_dir) are taken
+// relative to the current directory, as given. Throws std::invalid_argument
+// naming the file, line, key and problem (a duplicate key names both lines).
 TrainConfig load_config(const std::filesystem::path& yaml_file);
 TrainConfig parse_config(const std::string& yaml_text, const std::string& source);
 
 // Applies "key.path=value" (the value is parsed as YAML) with the same checks.
 void apply_override(TrainConfig& config, const std::string& assignment);
+
+// load_config + every override + validate: the configuration a command runs.
+TrainConfig load_config(const std::filesystem::path& yaml_file, const std::vector<std::string>& overrides);
 
 // Cross-field checks (run after all overrides): required keys present,
 // consistent batching, warmup shorter than training, ...
@@ -129,3 +142,27 @@ std::string to_yaml(const TrainConfig& config);
 size_t edit_distance(const std::string& a, const std::string& b);
 
 }  // namespace fptrain::trainer
+
+namespace fptrain::common {
+template <>
+struct EnumNames<trainer::ModelDtype> {
+  static constexpr std::array<EnumEntry<trainer::ModelDtype>, 4> table = {{{trainer::ModelDtype::kAuto, "auto"},
+                                                                          {trainer::ModelDtype::kFloat32, "float32"},
+                                                                          {trainer::ModelDtype::kBFloat16, "bfloat16"},
+                                                                          {trainer::ModelDtype::kFloat16, "float16"}}};
+};
+template <>
+struct EnumNames<trainer::AttentionChoice> {
+  static constexpr std::array<EnumEntry<trainer::AttentionChoice>, 5> table = {
+      {{trainer::AttentionChoice::kAuto, "auto"},
+       {trainer::AttentionChoice::kHopper, "hopper"},
+       {trainer::AttentionChoice::kTorchFA2, "torch-fa2"},
+       {trainer::AttentionChoice::kReference, "reference"},
+       {trainer::AttentionChoice::kHopper, "fptrain", /*alias=*/true}}};
+};
+template <>
+struct EnumNames<trainer::LrDecay> {
+  static constexpr std::array<EnumEntry<trainer::LrDecay>, 3> table = {
+      {{trainer::LrDecay::kCosine, "cosine"}, {trainer::LrDecay::kLinear, "linear"}, {trainer::LrDecay::kConstant, "constant"}}};
+};
+}  // namespace fptrain::common

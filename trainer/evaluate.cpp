@@ -54,13 +54,7 @@ EvalResult evaluate(const models::CausalLM& model, data::DataPipeline& data, con
 
 EvalResult evaluate_config(const TrainConfig& config) {
   const DeviceInfo dev = resolve_device(config.device, config.cpu_threads);
-  const at::ScalarType dtype = resolve_dtype(config.model.dtype, dev.device);
-  const std::filesystem::path dir = config.model.path;
-  if (!std::filesystem::is_regular_file(dir / "config.json"))
-    throw std::invalid_argument(dir.string() + ": no config.json (model.path must be a Hugging Face model folder)");
-  const attention::Backend backend =
-      resolve_backend(config.model.attention, dev.device, models::load_model_config(dir / "config.json").head_dim, dtype);
-  LoadedModel m = load_model(config.model.path, dtype, dev.device, backend, /*trainable=*/false);
+  LoadedModel m = open_model(config, dev.device, config.model.path, /*trainable=*/false);
   auto tokenizer = load_checked_tokenizer(config.model.path, m.config);
   TrainConfig c = config;
   if (c.data.eval.empty()) {

@@ -2,6 +2,9 @@
 
 #include "trainer/log/log.h"
 
+#include "data/data_report.h"
+#include "models/model_dtype.h"
+
 #include <algorithm>
 #include <cmath>
 #include <sstream>
@@ -9,15 +12,6 @@
 namespace fptrain::trainer {
 namespace fs = std::filesystem;
 namespace {
-
-std::string human(double v) {
-  char buf[32];
-  if (v >= 1e9) std::snprintf(buf, sizeof buf, "%.2fG", v / 1e9);
-  else if (v >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", v / 1e6);
-  else if (v >= 1e3) std::snprintf(buf, sizeof buf, "%.1fk", v / 1e3);
-  else std::snprintf(buf, sizeof buf, "%.0f", v);
-  return buf;
-}
 
 double gib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
 
@@ -41,6 +35,15 @@ void truncate_after(const fs::path& path, int64_t keep_step) {
 }
 
 }  // namespace
+
+std::string format_count(double v) {
+  char buf[32];
+  if (v >= 1e9) std::snprintf(buf, sizeof buf, "%.2fB", v / 1e9);
+  else if (v >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", v / 1e6);
+  else if (v >= 1e3) std::snprintf(buf, sizeof buf, "%.1fk", v / 1e3);
+  else std::snprintf(buf, sizeof buf, "%.0f", v);
+  return buf;
+}
 
 std::string format_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
@@ -150,8 +153,8 @@ void MetricsLogger::flush_interval() {
   std::ostringstream line;
   char buf[256];
   std::snprintf(buf, sizeof buf, "step %lld/%lld | loss %.4f | lr %.3g | grad %.3f | %s tok/s | sup %s tok/s",
-                (long long)last.step, (long long)total_steps_, loss, last.lr, grad_norm, human(tps).c_str(),
-                human(sps).c_str());
+                (long long)last.step, (long long)total_steps_, loss, last.lr, grad_norm, format_count(tps).c_str(),
+                format_count(sps).c_str());
   line << buf;
   if (pad_frac > 0) {
     std::snprintf(buf, sizeof buf, " | pad %.1f%%", 100 * pad_frac);
@@ -223,6 +226,69 @@ nlohmann::json MetricsLogger::summary() const {
   if (totals_.min_loss) j["min_loss"] = *totals_.min_loss;
   if (totals_.last_eval_loss) j["eval_loss"] = *totals_.last_eval_loss;
   return j;
+}
+
+void log_run_banner(const TrainConfig& config, const models::ModelConfig& mc, const DeviceInfo& device,
+                    at::ScalarType dtype, attention::Backend backend, bool master_weights, int64_t total_steps) {
+  const std::string params = format_count(static_cast<double>(mc.num_parameters()));
+  log::info("model " + config.model.path + ": " + mc.architecture + ", " + params + " parameters, " +
+            std::to_string(mc.num_hidden_layers) + " layers, hidden " + std::to_string(mc.hidden_size) + ", vocab " +
+            std::to_string(mc.vocab_size));
+  const int64_t every = config.model.activation_checkpointing;
+  log::info("device " + device.name + " | dtype " + models::dtype_name(dtype) + " | attention " +
+            std::string(attention::backend_name(backend)) + " | AdamW " +
+            (master_weights ? "with fp32 master weights" : "in " + models::dtype_name(dtype)) +
+            (every > 0 ? " | activation checkpointing every " + std::to_string(every) + " layer(s)" : ""));
+  const bool pack = config.batching.mode == data::BatchMode::kPack;
+  log::info("batching " + std::string(common::enum_name(config.batching.mode)) + " | " +
+            (pack ? std::to_string(config.batching.max_tokens) + " tokens"
+                  : std::to_string(config.batching.examples_per_micro_batch) + " examples") +
+            " per micro-batch x " + std::to_string(config.batching.grad_accumulation) +
+            " micro-batches per step | " + std::to_string(total_steps) + " steps | output " + config.output_dir);
+  if (device.peak_bf16_flops) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "MFU = 6 x %s parameters x tokens/s over the %s's dense bf16 peak of %.0f TFLOP/s",
+                  params.c_str(), device.name.c_str(), *device.peak_bf16_flops / 1e12);
+    log::info(buf);
+  } else if (device.device.is_cuda()) {
+    log::info("MFU not reported: the bf16 peak of " + device.name + " is unknown");
+  }
+}
+
+void log_run_summary(const MetricsLogger& metrics, const nlohmann::json& summary, const data::DataStats& stats,
+                     const fs::path& summary_path, double wall_seconds) {
+  const RunTotals& t = metrics.totals();
+  char buf[128];
+  std::string line = "done: " + std::to_string(summary.value("steps_completed", int64_t{0})) + "/" +
+                     std::to_string(summary.value("total_steps", int64_t{0})) + " steps";
+  if (t.first_loss && t.last_loss) {
+    std::snprintf(buf, sizeof buf, " | loss %.4f -> %.4f", *t.first_loss, *t.last_loss);
+    line += buf;
+  }
+  if (t.last_eval_loss) {
+    std::snprintf(buf, sizeof buf, " | eval loss %.4f", *t.last_eval_loss);
+    line += buf;
+  }
+  if (t.seconds > 0)
+    line += " | " + format_count(static_cast<double>(t.tokens)) + " tokens (" +
+            format_count(static_cast<double>(t.supervised)) + " supervised) at " +
+            format_count(t.tokens / t.seconds) + " tok/s";
+  if (summary.contains("mfu")) {
+    std::snprintf(buf, sizeof buf, " | MFU %.1f%%", 100 * summary["mfu"].get<double>());
+    line += buf;
+  }
+  if (summary.contains("peak_allocated_bytes")) {
+    std::snprintf(buf, sizeof buf, " | peak memory %.1f GiB", gib(summary["peak_allocated_bytes"].get<int64_t>()));
+    line += buf;
+  }
+  line += " | " + format_duration(wall_seconds) + " | summary " + summary_path.string();
+  log::info(line);
+  // The data accounting (nothing is dropped silently).
+  std::ostringstream data_stats;
+  data::print_data_stats(data_stats, stats);
+  std::istringstream lines(data_stats.str());
+  for (std::string l; std::getline(lines, l);)
+    if (!l.empty()) log::info("data: " + l);
 }
 
 }  // namespace fptrain::trainer

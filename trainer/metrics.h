@@ -3,6 +3,10 @@
 // becomes one console progress line and one JSONL record.
 #pragma once
 
+#include "attention/varlen_attention.h"
+#include "data/data_stats.h"
+#include "models/model_config.h"
+#include "trainer/config.h"
 #include "trainer/device_info.h"
 
 #include <ATen/ATen.h>
@@ -78,5 +82,15 @@ class MetricsLogger {
 
 // "1h02m", "3m05s", "12s".
 std::string format_duration(double seconds);
+// "1.24B", "3.50M", "12.3k", "512".
+std::string format_count(double value);
+
+// The start-up lines of a run: model, device, dtype, attention, optimizer,
+// batching, steps, and how MFU is computed.
+void log_run_banner(const TrainConfig& config, const models::ModelConfig& model, const DeviceInfo& device,
+                    at::ScalarType dtype, attention::Backend backend, bool master_weights, int64_t total_steps);
+// The closing lines: losses, throughput, MFU, peak memory, and the data accounting.
+void log_run_summary(const MetricsLogger& metrics, const nlohmann::json& summary, const data::DataStats& stats,
+                     const std::filesystem::path& summary_path, double wall_seconds);
 
 }  // namespace fptrain::trainer

@@ -5,7 +5,7 @@
 
 #include "attention/varlen_attention.h"
 #include "data/data_options.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "models/causal_lm.h"
 #include "trainer/config.h"
 
@@ -17,25 +17,29 @@
 namespace fptrain::trainer {
 
 // auto: bfloat16 on CUDA, float32 on CPU.
-at::ScalarType resolve_dtype(const std::string& name, const at::Device& device);
-// auto: on CUDA, fptrain where our kernels run (this GPU, this head_dim and dtype), else
+at::ScalarType resolve_dtype(ModelDtype choice, const at::Device& device);
+// auto: on CUDA, hopper where our kernels run (this GPU, this head_dim and dtype), else
 // torch-fa2 (bf16/fp16), else reference; reference on the CPU. An explicit backend
 // that cannot run the model here is an error naming why.
-attention::Backend resolve_backend(const std::string& name, const at::Device& device, int64_t head_dim,
+attention::Backend resolve_backend(AttentionChoice choice, const at::Device& device, int64_t head_dim,
                                    at::ScalarType dtype);
 
 struct LoadedModel {
   models::ModelConfig config;
   std::unique_ptr<models::CausalLM> model;
   at::ScalarType dtype = at::kFloat;
+  attention::Backend backend = attention::Backend::kReference;
 };
 
-// Reads config.json and the weights of `dir`; parameters require grad when `trainable`.
-LoadedModel load_model(const std::filesystem::path& dir, at::ScalarType dtype, const at::Device& device,
-                       attention::Backend backend, bool trainable);
+// The model of a run: config.json and weights from `weights_dir` (model.path,
+// or the checkpoint a run resumes from), in the configured dtype and attention
+// backend for `device`, with activation checkpointing as configured.
+// Parameters require grad when `trainable`.
+LoadedModel open_model(const TrainConfig& config, const at::Device& device, const std::filesystem::path& weights_dir,
+                       bool trainable);
 
 // The tokenizer of the model folder, checked against the model's vocabulary.
-std::shared_ptr<const data::Tokenizer> load_checked_tokenizer(const std::filesystem::path& dir,
+std::shared_ptr<const tokenizer::Tokenizer> load_checked_tokenizer(const std::filesystem::path& dir,
                                                               const models::ModelConfig& config);
 
 // Options for the training stream (`train`) or a single ordered pass over data.eval.

@@ -22,12 +22,10 @@ inline void add_config_args(CLI::App& cmd, ConfigArgs& args) {
       ->allow_extra_args(false);
 }
 
-// Loads the file, applies the overrides in order, validates.
+// The file with the overrides merged in (a --set can fix a value the file gets
+// wrong), then validated as a whole.
 inline trainer::TrainConfig load_config_args(const ConfigArgs& args) {
-  trainer::TrainConfig config = trainer::load_config(args.file);
-  for (const auto& o : args.overrides) trainer::apply_override(config, o);
-  trainer::validate(config);
-  return config;
+  return trainer::load_config(args.file, args.overrides);
 }
 
 }  // namespace fptrain::app

@@ -1,7 +1,7 @@
 #include "apps/fptrain/commands.h"
 #include "apps/fptrain/config_options.h"
 #include "data/data_report.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "trainer/model_setup.h"
 
 #include <iostream>
@@ -24,7 +24,7 @@ void add_data_command(CLI::App& app, Action& action) {
       const trainer::TrainConfig config = load_config_args(*args);
       data::DataOptions options = trainer::make_data_options(config, *eval);
       options.epochs = 1;
-      std::shared_ptr<const data::Tokenizer> tokenizer = data::load_tokenizer(config.model.path);
+      std::shared_ptr<const tokenizer::Tokenizer> tokenizer = tokenizer::load_tokenizer(config.model.path);
       const data::DataReport report = data::make_data_report(options, tokenizer);
       if (*json) std::cout << data::data_report_json(report).dump(2) << std::endl;
       else data::print_data_report(std::cout, report);

@@ -1,6 +1,6 @@
 #include "apps/fptrain/commands.h"
 #include "trainer/log/log.h"
-#include "trainer/tiny_model.h"
+#include "apps/fptrain/init/tiny_model.h"
 
 #include <memory>
 
@@ -8,7 +8,7 @@ namespace fptrain::app {
 
 void add_init_command(CLI::App& app, Action& action) {
   auto out = std::make_shared<std::string>();
-  auto opts = std::make_shared<trainer::TinyModelOptions>();
+  auto opts = std::make_shared<TinyModelOptions>();
   auto corpus = std::make_shared<std::vector<std::string>>();
   CLI::App* cmd = app.add_subcommand(
       "init",
@@ -23,7 +23,7 @@ void add_init_command(CLI::App& app, Action& action) {
   cmd->callback([&action, out, opts, corpus] {
     action = [out, opts, corpus] {
       for (const auto& c : *corpus) opts->corpus.emplace_back(c);
-      const trainer::TinyModelSummary s = trainer::write_tiny_model(*out, *opts);
+      const TinyModelSummary s = write_tiny_model(*out, *opts);
       trainer::log::info("wrote " + *out + ": LlamaForCausalLM, " + std::to_string(s.num_parameters) +
                          " parameters (" + s.description + ")");
       return 0;

@@ -2,36 +2,16 @@
 // key blocks, recomputing S and dP, then dQ += dS K; no atomics, so runs are bit-identical.
 #pragma once
 
+#include "attention/cuda/fragments.cuh"
 #include "attention/cuda/masking.cuh"
-#include "attention/cuda/mma_utils.cuh"
 #include "attention/cuda/params.h"
+#include "attention/cuda/smem_layout.cuh"
 #include "attention/cuda/softmax.cuh"
 #include "attention/cuda/tile_scheduler.cuh"
 #include "attention/cuda/tile_sizes.h"
+#include "attention/cuda/warp_mma.cuh"
 
 namespace fptrain::attention::cuda {
-
-// A operand read straight from a swizzled tile, one k-step at a time (keeps registers
-// for the accumulators): acc[16 x 8*NT] += A[rows a_row0.., 16*KT] * B^T, B stored [n][k].
-template <typename T, int KT, int NT, int COLS>
-__device__ __forceinline__ void gemm_sa_bt(float (&acc)[NT][4], uint32_t a_base, int a_row0, uint32_t b_base) {
-  int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int kt = 0; kt < KT; ++kt) {
-    uint32_t a[1][4];
-    ldmatrix_x4(a[0], a_base + SwizzledTile<COLS>::offset(a_row0 + (lane & 15), kt * 16 + (lane >> 4) * 8));
-#pragma unroll
-    for (int nt = 0; nt < NT; nt += 2) {
-      uint32_t b[4];
-      int mi = lane >> 3;
-      int row = nt * 8 + (mi >> 1) * 8 + (lane & 7);
-      int col = kt * 16 + (mi & 1) * 8;
-      ldmatrix_x4(b, b_base + SwizzledTile<COLS>::offset(row, col));
-      MmaType<T>::mma(acc[nt], a[0], b[0], b[1]);
-      MmaType<T>::mma(acc[nt + 1], a[0], b[2], b[3]);
-    }
-  }
-}
 
 template <int D>
 struct DqTraits {
@@ -145,7 +125,7 @@ __global__ void __launch_bounds__(DqTraits<D>::kThreads) bwd_dq_kernel(BwdParams
 #pragma unroll
       for (int ot = 0; ot < OT; ++ot)
         *reinterpret_cast<uint32_t*>(dq_ptr + row * q_stride + ot * 8 + 2 * t) =
-            MmaType<T>::pack(dq[ot][2 * r] * sh.scale, dq[ot][2 * r + 1] * sh.scale);
+            Pair16<T>::pack(dq[ot][2 * r] * sh.scale, dq[ot][2 * r + 1] * sh.scale);
     }
   }
 }

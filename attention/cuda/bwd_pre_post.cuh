@@ -1,7 +1,7 @@
 // Small element-wise passes around the backward mainloop.
 #pragma once
 
-#include "attention/cuda/mma_utils.cuh"
+#include "attention/cuda/fragments.cuh"
 #include "attention/cuda/params.h"
 
 namespace fptrain::attention::cuda {
@@ -20,7 +20,7 @@ __global__ void __launch_bounds__(256) bwd_dsum_kernel(BwdParams p) {
     const uint32_t av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      float2 x = MmaType<T>::unpack(av[i]), y = MmaType<T>::unpack(bv[i]);
+      float2 x = Pair16<T>::unpack(av[i]), y = Pair16<T>::unpack(bv[i]);
       acc += x.x * y.x + x.y * y.y;
     }
   }
@@ -41,8 +41,8 @@ __global__ void __launch_bounds__(256) bwd_dq_convert_kernel(BwdParams p, int64_
   const float4 x = reinterpret_cast<const float4*>(p.dq_accum)[i];
   const float s = p.shape.scale;
   uint2 out;
-  out.x = MmaType<T>::pack(x.x * s, x.y * s);
-  out.y = MmaType<T>::pack(x.z * s, x.w * s);
+  out.x = Pair16<T>::pack(x.x * s, x.y * s);
+  out.y = Pair16<T>::pack(x.z * s, x.w * s);
   reinterpret_cast<uint2*>(p.dq)[i] = out;
 }
 

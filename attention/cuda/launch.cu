@@ -18,12 +18,12 @@ void check_cuda(cudaError_t err, const char* what) {
 }
 
 void run_fwd(FwdParams& p, DType dtype, cudaStream_t stream) {
-  if (dtype == DType::BF16) run_fwd_bf16(p, stream);
+  if (dtype == DType::kBF16) run_fwd_bf16(p, stream);
   else run_fwd_fp16(p, stream);
 }
 
 void run_bwd(BwdParams& p, DType dtype, cudaStream_t stream) {
-  if (dtype == DType::BF16) run_bwd_bf16(p, stream);
+  if (dtype == DType::kBF16) run_bwd_bf16(p, stream);
   else run_bwd_fp16(p, stream);
 }
 

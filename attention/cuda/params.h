@@ -6,7 +6,7 @@
 
 namespace fptrain::attention::cuda {
 
-enum class DType { BF16, FP16 };
+enum class DType { kBF16, kFP16 };
 
 // One (sequence, block) unit of work produced by the tile scheduler.
 struct Tile {

@@ -1,5 +1,6 @@
 // Producer/consumer plumbing for warp-specialized kernels: mbarriers, bulk tensor copies
-// (TMA), named barriers and register reallocation between warpgroups.
+// (TMA) and reductions, the generic-to-async proxy fence, named barriers and register
+// reallocation between warpgroups.
 #pragma once
 
 #include <cuda.h>
@@ -56,6 +57,10 @@ __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.comm
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 // Waits until the committed bulk operations are complete.
 __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
+// Shared memory written through the generic proxy (st.shared) must be made visible to the
+// async proxy (wgmma operands, bulk tensor copies) before a barrier the readers wait on.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");

@@ -26,8 +26,8 @@
 #include <string>
 #include <vector>
 
-#ifdef FPTRAIN_WITH_CUDA_KERNELS  // the kernels are part of this build (FPTRAIN_CUDA=ON)
-#include "attention/cuda/fptrain_kernels.h"
+#ifdef FPTRAIN_HOPPER_KERNELS  // the kernels are part of this build (FPTRAIN_CUDA=ON)
+#include "attention/cuda/hopper_kernels.h"
 
 namespace fa = fptrain::attention;
 
@@ -117,7 +117,7 @@ void deviation_study(const std::string& json_path, const std::string& md_path, c
     spec.max_seqlen = L;
     spec.softmax_scale = scale;
     std::vector<std::pair<std::string, at::Tensor>> outs;
-    outs.emplace_back("fptrain", std::get<0>(fa::cuda::attention_forward(q, k, v, spec)));
+    outs.emplace_back("hopper", std::get<0>(fa::cuda::attention_forward(q, k, v, spec)));
     outs.emplace_back("torch-fa2", std::get<0>(at::_flash_attention_forward(q, k, v, cu, cu, L, L, 0.0, true, false,
                                                                              scale)));
     try {
@@ -238,7 +238,7 @@ int main(int argc, char** argv) {
           auto [o, lse] = fa::cuda::attention_forward(q, k, v, spec);
           (void)fa::cuda::attention_backward(dout, q, k, v, o, lse, spec, false);
         };
-        add("fptrain", time_ms(fwd, reps), time_ms(fwdbwd, reps));
+        add("hopper", time_ms(fwd, reps), time_ms(fwdbwd, reps));
       }
       if (only_ours) continue;
 

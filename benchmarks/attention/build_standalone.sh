@@ -13,7 +13,7 @@ mkdir -p "$OUT/obj"
 TORCH=$("$PY" -c "import torch, os; print(os.path.dirname(torch.__file__))")
 CUDA=${CUDA_HOME:-/usr/local/cuda}
 NVCC="$CUDA/bin/nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -lineinfo -Xcompiler -fPIC -I$ROOT"
-CXX="g++ -std=c++17 -O2 -fPIC -I$ROOT -isystem $TORCH/include -isystem $TORCH/include/torch/csrc/api/include -isystem $CUDA/include -DFPTRAIN_HAVE_FPTRAIN_KERNELS=1 -DFPTRAIN_WITH_CUDA_KERNELS=1"
+CXX="g++ -std=c++17 -O2 -fPIC -I$ROOT -isystem $TORCH/include -isystem $TORCH/include/torch/csrc/api/include -isystem $CUDA/include -DFPTRAIN_HOPPER_KERNELS=1"
 # Up to date when the object is newer than the source and every header it may include.
 fresh() {
   local obj=$1 src=$2

@@ -56,14 +56,14 @@ int main(int argc, char** argv) {
     DataOptions o;
     o.files = {{args["--data"], 1.0, ExampleFormat::kAuto}};
     o.tokenizer_dir = args["--tokenizer"];
-    o.chat_template = parse_chat_template(args["--chat-template"]);
+    o.chat_template = fptrain::common::parse_enum<ChatTemplateKind>(args["--chat-template"], "--chat-template");
     o.max_length = std::stoll(args["--max-length"]);
     o.examples_per_micro_batch = std::stoll(args["--examples-per-micro-batch"]);
     o.max_tokens = std::stoll(args["--max-tokens"]);
     o.shuffle = true;
     o.workers = 0;
     o.prefetch_steps = 4;
-    std::shared_ptr<const Tokenizer> tok = load_tokenizer(o.tokenizer_dir);
+    std::shared_ptr<const fptrain::tokenizer::Tokenizer> tok = fptrain::tokenizer::load_tokenizer(o.tokenizer_dir);
 
     nlohmann::json result = {{"data", args["--data"]},
                              {"tokenizer", args["--tokenizer"]},
@@ -76,14 +76,14 @@ int main(int argc, char** argv) {
       ExampleSource source(o, tok.get());
       result["index_seconds"] = seconds_since(t0);
       result["lines"] = source.file(0).num_lines();
-      result["chat_template"] = to_string(source.chat_template());
-      result["format"] = to_string(source.format(0));
+      result["chat_template"] = fptrain::common::enum_name(source.chat_template());
+      result["format"] = fptrain::common::enum_name(source.format(0));
     }
     std::stringstream modes(args["--modes"]);
     std::string mode;
     while (std::getline(modes, mode, ',')) {
       DataOptions mo = o;
-      mo.batching = parse_batch_mode(mode);
+      mo.batching = fptrain::common::parse_enum<BatchMode>(mode, "--modes");
       const auto t0 = std::chrono::steady_clock::now();
       const double c0 = cpu_seconds();
       DataPipeline pipeline(mo, tok);

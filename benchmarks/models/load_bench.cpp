@@ -205,7 +205,7 @@ int main(int argc, char** argv) {
         read_bytes_only(files, buffer);
         record("read bytes only", cache, before, seconds_since(t0));
 
-        for (const auto reader : {ByteReader::Pread, ByteReader::Mmap}) {
+        for (const auto reader : {ByteReader::kPread, ByteReader::kMmap}) {
           const bool is_default = reader == fptrain::models::LoadOptions{}.reader;
           fptrain::models::LoadOptions options;
           options.reader = reader;
@@ -215,7 +215,7 @@ int main(int argc, char** argv) {
           auto params = fptrain::models::load_pretrained_weights(args.checkpoint, config, dtype, device, options);
           synchronize(device);
           const double s = seconds_since(t0);
-          record(std::string("fptrain load_pretrained_weights") + (reader == ByteReader::Pread ? " (pread)" : " (mmap)") +
+          record(std::string("fptrain load_pretrained_weights") + (reader == ByteReader::kPread ? " (pread)" : " (mmap)") +
                      (is_default ? " *" : ""),
                  cache, before, s);
           if (r == 0 && !cold) verify(params, args.checkpoint, dtype);

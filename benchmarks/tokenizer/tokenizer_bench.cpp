@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 int main(int argc, char** argv) {
   if (argc < 3) {
@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
       bytes += texts.back().size();
     }
     const auto load_start = std::chrono::steady_clock::now();
-    const auto tok = fptrain::data::load_tokenizer(argv[1]);
+    const auto tok = fptrain::tokenizer::load_tokenizer(argv[1]);
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
 
     std::vector<double> seconds;

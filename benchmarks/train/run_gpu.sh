@@ -83,7 +83,7 @@ PY
   fi
 }
 bench torch-fa2 --set model.attention=torch-fa2
-bench fptrain --set model.attention=fptrain || true
+bench hopper --set model.attention=hopper || true
 bench torch-fa2-ckpt --set model.attention=torch-fa2 --set model.activation_checkpointing=every_layer
 
 echo "== peer: transformers, padded batches, SDPA, same model and data"

@@ -90,7 +90,7 @@ TEST_P(ReferenceVsNaive, OutputsAndGradientsMatchInFp64) {
     at::Tensor q = q0.clone().requires_grad_(true), k = k0.clone().requires_grad_(true),
                v = v0.clone().requires_grad_(true);
     at::Tensor out = naive ? naive_attention(q, k, v, c.lengths, c.window, c.scale)
-                           : varlen_attention(q, k, v, spec, Backend::Reference);
+                           : varlen_attention(q, k, v, spec, Backend::kReference);
     (out * upstream).sum().backward();
     return std::vector<at::Tensor>{out.detach(), q.grad(), k.grad(), v.grad()};
   };
@@ -123,7 +123,7 @@ TEST(ReferenceAttention, Fp32MatchesFp64AndStaysFp32) {
   spec.window = 5;
   spec.softmax_scale = 0.3;
   const at::Tensor out = varlen_attention(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat), spec,
-                                          Backend::Reference);
+                                          Backend::kReference);
   EXPECT_EQ(out.scalar_type(), at::kFloat);
   EXPECT_LT(rel_err(out, naive_attention(q, k, v, lengths, 5, 0.3)), 1e-6);
 }
@@ -134,9 +134,9 @@ TEST(ReferenceAttention, HostCopyOfCuSeqlensGivesTheSameResult) {
   VarlenSpec spec;
   spec.cu_seqlens = cu_seqlens_of({4, 5});
   spec.max_seqlen = 5;
-  const at::Tensor a = varlen_attention(q, k, v, spec, Backend::Reference);
+  const at::Tensor a = varlen_attention(q, k, v, spec, Backend::kReference);
   spec.cu_seqlens_cpu = spec.cu_seqlens.clone();
-  const at::Tensor b = varlen_attention(q, k, v, spec, Backend::Reference);
+  const at::Tensor b = varlen_attention(q, k, v, spec, Backend::kReference);
   EXPECT_TRUE(at::equal(a, b));
 }
 
@@ -144,7 +144,7 @@ TEST(ReferenceAttention, NoTokensGivesAnEmptyResult) {
   const at::Tensor q = at::zeros({0, 2, 8}), k = at::zeros({0, 1, 8}), v = at::zeros({0, 1, 8});
   VarlenSpec spec;
   spec.cu_seqlens = cu_seqlens_of({0, 0});
-  const at::Tensor out = varlen_attention(q, k, v, spec, Backend::Reference);
+  const at::Tensor out = varlen_attention(q, k, v, spec, Backend::kReference);
   EXPECT_EQ(out.sizes(), q.sizes());
 }
 

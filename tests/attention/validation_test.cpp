@@ -52,7 +52,7 @@ struct Inputs {
     spec.cu_seqlens = cu({0, 3, 8});
     spec.max_seqlen = 5;
   }
-  void run() const { varlen_attention(q, k, v, spec, Backend::Reference); }
+  void run() const { varlen_attention(q, k, v, spec, Backend::kReference); }
 };
 
 TEST(VarlenAttention, RejectsBadBoundaries) {
@@ -123,15 +123,21 @@ TEST(VarlenAttention, RejectsBadTensors) {
 
 TEST(VarlenAttention, TorchFa2NeedsCuda) {
   Inputs in;
-  expect_error([&] { varlen_attention(in.q, in.k, in.v, in.spec, Backend::TorchFA2); },
+  expect_error([&] { varlen_attention(in.q, in.k, in.v, in.spec, Backend::kTorchFA2); },
                "torch-fa2 needs CUDA tensors");
 }
 
 TEST(VarlenAttention, BackendNamesRoundTrip) {
-  for (Backend b : {Backend::Reference, Backend::TorchFA2, Backend::Fptrain}) {
+  for (Backend b : {Backend::kReference, Backend::kTorchFA2, Backend::kHopper}) {
     EXPECT_EQ(parse_backend(backend_name(b)), b);
   }
   expect_error([] { parse_backend("flash"); }, "unknown attention backend 'flash'");
+}
+
+TEST(VarlenAttention, HopperBackendKeepsItsOldNameAsAlias) {
+  EXPECT_EQ(backend_name(Backend::kHopper), "hopper");
+  EXPECT_EQ(parse_backend("fptrain"), Backend::kHopper);
+  expect_error([] { parse_backend("flash"); }, "expected hopper (alias fptrain), torch-fa2, reference");
 }
 
 }  // namespace

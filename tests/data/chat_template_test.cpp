@@ -22,7 +22,7 @@ TEST(ChatTemplate, RenderedTextEqualsTransformers) {
   ASSERT_EQ(golden.size(), 4u);
   int checked = 0;
   for (const auto& entry : golden) {
-    const ChatTemplateKind kind = parse_chat_template(entry["template"].get<std::string>());
+    const ChatTemplateKind kind = common::parse_enum<ChatTemplateKind>(entry["template"].get<std::string>(), "template");
     for (const auto& c : entry["cases"]) {
       auto messages = messages_of(c["messages"]);
       apply_loss_mask(messages, ChatLossMask::kAssistant);
@@ -37,13 +37,13 @@ TEST(ChatTemplate, RenderedTextEqualsTransformers) {
 TEST(ChatTemplate, DetectsConventionFromJinja) {
   const auto golden = read_json(fixture("chat_golden.json"));
   for (const auto& entry : golden)
-    EXPECT_EQ(to_string(detect_chat_template(entry["jinja"].get<std::string>())), entry["template"]);
+    EXPECT_EQ(common::enum_name(detect_chat_template(entry["jinja"].get<std::string>())), entry["template"]);
   EXPECT_EQ(detect_chat_template("{{ messages }}"), ChatTemplateKind::kNone);
 }
 
 TEST(ChatTemplate, ResolvesAutoFromTokenizerDirectory) {
   for (const char* name : {"llama3", "llama2", "mistral", "granite3"})
-    EXPECT_EQ(to_string(resolve_chat_template(ChatTemplateKind::kAuto, fixture(std::string("tok_") + name))),
+    EXPECT_EQ(common::enum_name(resolve_chat_template(ChatTemplateKind::kAuto, fixture(std::string("tok_") + name))),
               std::string(name));
   EXPECT_EQ(resolve_chat_template(ChatTemplateKind::kGranite3, fixture("tok_llama3")), ChatTemplateKind::kGranite3);
   EXPECT_EQ(resolve_chat_template(ChatTemplateKind::kAuto, ""), ChatTemplateKind::kNone);

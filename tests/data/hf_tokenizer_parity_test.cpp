@@ -12,6 +12,7 @@ namespace fptrain::data {
 namespace {
 
 using testing::fixture;
+using tokenizer::load_tokenizer;
 
 TEST(ChatHfParity, ChatTemplateIdsAndAssistantMasks) {
   const auto golden = testing::read_json(fixture("chat_golden.json"));
@@ -24,7 +25,7 @@ TEST(ChatHfParity, ChatTemplateIdsAndAssistantMasks) {
    for (const auto& dir : dirs) {
     SCOPED_TRACE(dir);
     const auto tok = load_tokenizer(fixture(dir));
-    ExampleEncoder enc(tok.get(), parse_chat_template(name), ChatLossMask::kAssistant);
+    ExampleEncoder enc(tok.get(), common::parse_enum<ChatTemplateKind>(name, "template"), ChatLossMask::kAssistant);
     EXPECT_TRUE(enc.turn_by_turn()) << name;
     for (const auto& c : entry["cases"]) {
       RawExample ex;
@@ -49,7 +50,7 @@ TEST(ChatHfParity, ChatThroughFlattenEqualsTransformers) {
   DataOptions o = testing::options_for({fixture("chat_flatten.jsonl")});
   o.examples_per_micro_batch = golden["examples_per_micro_batch"].get<int64_t>();
   o.tokenizer_dir = fixture("tok_llama3");  // chat_template: auto, detected from the tokenizer
-  std::shared_ptr<const Tokenizer> tok = load_tokenizer(o.tokenizer_dir);
+  std::shared_ptr<const tokenizer::Tokenizer> tok = load_tokenizer(o.tokenizer_dir);
   DataPipeline p(o, tok);
   EXPECT_EQ(p.chat_template(), ChatTemplateKind::kLlama3);
   const auto steps = testing::drain(p);
@@ -72,7 +73,7 @@ TEST(ChatHfParity, RealTokenizerOnWorkerThreadsGivesTheSameStream) {
   o.max_tokens = 32768;
   o.max_length = 32768;  // the fixture tokenizer's small vocabulary makes long examples
   o.shuffle = true;
-  std::shared_ptr<const Tokenizer> tok = load_tokenizer(o.tokenizer_dir);
+  std::shared_ptr<const tokenizer::Tokenizer> tok = load_tokenizer(o.tokenizer_dir);
   DataPipeline one(o, tok);
   const auto a = testing::drain(one);
   ASSERT_FALSE(a.empty());

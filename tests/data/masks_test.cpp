@@ -19,7 +19,7 @@ const std::vector<Message> kChat = {{"system", "sys", false},
                                     {"assistant", "a2", false}};
 
 // The supervised tokens decoded, one string per contiguous run.
-std::vector<std::string> supervised_runs(const EncodedExample& e, const Tokenizer& tok) {
+std::vector<std::string> supervised_runs(const EncodedExample& e, const tokenizer::Tokenizer& tok) {
   std::vector<std::string> runs;
   std::vector<int32_t> cur;
   for (size_t t = 0; t <= e.labels.size(); ++t) {
@@ -34,7 +34,7 @@ std::vector<std::string> supervised_runs(const EncodedExample& e, const Tokenize
   return runs;
 }
 
-EncodedExample encode_chat(ChatTemplateKind kind, ChatLossMask mask, const Tokenizer& tok) {
+EncodedExample encode_chat(ChatTemplateKind kind, ChatLossMask mask, const tokenizer::Tokenizer& tok) {
   ExampleEncoder enc(&tok, kind, mask);
   EXPECT_TRUE(enc.turn_by_turn());
   RawExample ex;

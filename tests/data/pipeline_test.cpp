@@ -169,7 +169,7 @@ TEST_P(Modes, WorkerThreadsDoNotChangeTheStream) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Data, Modes, ::testing::Values(BatchMode::kFlatten, BatchMode::kPad, BatchMode::kPack),
-                         [](const auto& info) { return std::string(to_string(info.param)); });
+                         [](const auto& info) { return std::string(common::enum_name(info.param)); });
 
 TEST(DataCursor, RefusesOtherOptionsOrData) {
   TempDir dir;

@@ -54,14 +54,14 @@ TEST(DataReport, MatchesThePipelineInEveryMode) {
       tokens += s.global_tokens;
       padding += s.global_padding;
     }
-    EXPECT_EQ(static_cast<int64_t>(steps.size()), b.steps) << to_string(b.mode);
-    EXPECT_EQ(mbs, b.micro_batches) << to_string(b.mode);
-    EXPECT_EQ(tokens, b.tokens) << to_string(b.mode);
-    EXPECT_EQ(padding, b.padding) << to_string(b.mode);
+    EXPECT_EQ(static_cast<int64_t>(steps.size()), b.steps) << common::enum_name(b.mode);
+    EXPECT_EQ(mbs, b.micro_batches) << common::enum_name(b.mode);
+    EXPECT_EQ(tokens, b.tokens) << common::enum_name(b.mode);
+    EXPECT_EQ(padding, b.padding) << common::enum_name(b.mode);
     EXPECT_EQ(steps.back().cursor.stats.to_json(), rep.stats.to_json());
     double worst = 0;
     for (size_t i = 0; i + 1 < steps.size(); ++i) worst = std::max(worst, steps[i].rank_imbalance);
-    EXPECT_NEAR(worst, b.rank_imbalance_max, 1e-12) << to_string(b.mode);
+    EXPECT_NEAR(worst, b.rank_imbalance_max, 1e-12) << common::enum_name(b.mode);
   }
   EXPECT_GT(rep.batching[1].padding_fraction, 0.2);  // pad mode pays for length spread
   EXPECT_EQ(rep.batching[0].padding, 0);
@@ -97,7 +97,7 @@ TEST(CountSteps, EqualsTheStepsThePipelineYields) {
     o.batching = mode;
     DataPipeline p(o, testing::byte_tokenizer());
     const auto steps = testing::drain(p);
-    EXPECT_EQ(count_steps(o, testing::byte_tokenizer()), static_cast<int64_t>(steps.size())) << to_string(mode);
+    EXPECT_EQ(count_steps(o, testing::byte_tokenizer()), static_cast<int64_t>(steps.size())) << common::enum_name(mode);
   }
   o.bad_lines = BadLinePolicy::kError;
   EXPECT_THROW(count_steps(o, testing::byte_tokenizer()), std::runtime_error);

@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace fptrain::data::testing {
 
-class ByteTokenizer : public Tokenizer {
+class ByteTokenizer : public tokenizer::Tokenizer {
  public:
   static constexpr int32_t kByteOffset = 16;
   // Special tokens get ids 0..n-1; bytes kByteOffset + byte.

@@ -64,7 +64,7 @@ inline DataOptions options_for(const std::vector<std::filesystem::path>& files) 
   return o;
 }
 
-inline std::shared_ptr<const Tokenizer> byte_tokenizer() { return std::make_shared<ByteTokenizer>(); }
+inline std::shared_ptr<const tokenizer::Tokenizer> byte_tokenizer() { return std::make_shared<ByteTokenizer>(); }
 
 inline std::vector<TrainStep> drain(DataPipeline& p, size_t limit = SIZE_MAX) {
   std::vector<TrainStep> steps;

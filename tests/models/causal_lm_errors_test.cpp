@@ -31,7 +31,7 @@ class ModelErrors : public ::testing::Test {
     const testing::Golden g(testing::fixture_dir(FPTRAIN_FIXTURE_DIR) / "llama-golden.safetensors");
     packed_ = testing::pack({g.example(0), g.example(2), g.example(3)}, at::kCPU);
   }
-  CausalLM model_ = testing::load_model(llama_dir(), at::kFloat, at::kCPU, attention::Backend::Reference);
+  CausalLM model_ = testing::load_model(llama_dir(), at::kFloat, at::kCPU, attention::Backend::kReference);
   testing::Packed packed_;
 };
 
@@ -81,7 +81,7 @@ TEST_F(ModelErrors, BadTokensAndLabels) {
 TEST(ModelParameters, MustMatchTheConfig) {
   const ModelConfig config = load_model_config(llama_dir() / "config.json");
   const TensorMap good = load_pretrained_weights(llama_dir(), config, at::kFloat);
-  auto build = [&](TensorMap params) { CausalLM(config, std::move(params), attention::Backend::Reference); };
+  auto build = [&](TensorMap params) { CausalLM(config, std::move(params), attention::Backend::kReference); };
   {
     TensorMap p = good;
     p.erase("model.layers.1.mlp.up_proj.weight");
@@ -110,7 +110,7 @@ TEST(LowPrecision, Bf16AndFp16RunOnCpu) {
   const testing::Golden g(testing::fixture_dir(FPTRAIN_FIXTURE_DIR) / "llama-golden.safetensors");
   const testing::Packed p = testing::pack(g.examples(), at::kCPU);
   for (at::ScalarType dtype : {at::kBFloat16, at::kHalf}) {
-    CausalLM model = testing::load_model(llama_dir(), dtype, at::kCPU, attention::Backend::Reference);
+    CausalLM model = testing::load_model(llama_dir(), dtype, at::kCPU, attention::Backend::kReference);
     const at::Tensor logits = model.logits(p.input);
     EXPECT_EQ(logits.scalar_type(), dtype);
     const double err = testing::rel_err(logits, g.pack_logits());

@@ -28,7 +28,7 @@ class Packing : public ::testing::TestWithParam<std::string> {};
 TEST_P(Packing, MatchesTransformersOnOnePackedRowWithRestartingPositions) {
   const testing::Golden g = golden(GetParam());
   CausalLM model = testing::load_model(checkpoint(GetParam()), at::kFloat, at::kCPU,
-                                       attention::Backend::Reference);
+                                       attention::Backend::kReference);
   const testing::Packed p = testing::pack(g.examples(), at::kCPU);
   ASSERT_TRUE(at::equal(p.input.position_ids, g.pack_position_ids()))
       << "our packing must restart positions exactly where transformers expects";
@@ -54,7 +54,7 @@ TEST_P(Packing, BoundariesAreHonoured) {
   // attention now crosses examples, so the logits must move well away from HF's.
   const testing::Golden g = golden(GetParam());
   CausalLM model = testing::load_model(checkpoint(GetParam()), at::kFloat, at::kCPU,
-                                       attention::Backend::Reference);
+                                       attention::Backend::kReference);
   testing::Packed p = testing::pack(g.examples(), at::kCPU);
   const int32_t T = static_cast<int32_t>(p.input.input_ids.size(0));
   p.input.cu_seqlens = p.input.cu_seqlens_cpu = at::tensor({0, T}, at::kInt);
@@ -79,10 +79,10 @@ TEST(SlidingWindow, IsInEffectInTheMistralFixture) {
   const testing::Packed p = testing::pack({g.example(longest)}, at::kCPU);
 
   const TensorMap params = load_pretrained_weights(checkpoint("mistral"), config, at::kFloat);
-  const CausalLM windowed(config, params, attention::Backend::Reference);
+  const CausalLM windowed(config, params, attention::Backend::kReference);
   EXPECT_LE(rel_err(windowed.logits(p.input), g.logits(longest)), kTolerance);
   config.sliding_window.reset();
-  const CausalLM unwindowed(config, params, attention::Backend::Reference);
+  const CausalLM unwindowed(config, params, attention::Backend::kReference);
   EXPECT_GT(rel_err(unwindowed.logits(p.input), g.logits(longest)), 1e-3);
 }
 

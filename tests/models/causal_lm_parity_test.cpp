@@ -56,7 +56,7 @@ TEST_P(DecoderParity, RopeInverseFrequenciesAreBitIdentical) {
 
 TEST_P(DecoderParity, EachExampleMatchesTransformers) {
   const Fixture f(GetParam());
-  CausalLM model = testing::load_model(f.checkpoint, at::kFloat, at::kCPU, attention::Backend::Reference);
+  CausalLM model = testing::load_model(f.checkpoint, at::kFloat, at::kCPU, attention::Backend::kReference);
   ASSERT_GE(f.golden.num_examples(), 5);
   double worst_logits = 0, worst_loss = 0, worst_grad = 0;
   std::string worst_grad_name;
@@ -86,7 +86,7 @@ TEST_P(DecoderParity, EachExampleMatchesTransformers) {
 
 TEST_P(DecoderParity, PackEqualsExamplesOneByOne) {
   const Fixture f(GetParam());
-  CausalLM model = testing::load_model(f.checkpoint, at::kFloat, at::kCPU, attention::Backend::Reference);
+  CausalLM model = testing::load_model(f.checkpoint, at::kFloat, at::kCPU, attention::Backend::kReference);
   std::vector<Example> examples;
   for (int i = 0; i < f.golden.num_examples(); ++i) examples.push_back(f.golden.example(i));
 
@@ -128,7 +128,7 @@ TEST_P(DecoderParity, PackEqualsExamplesOneByOne) {
 
 TEST_P(DecoderParity, PackOrderDoesNotMatter) {
   const Fixture f(GetParam());
-  CausalLM model = testing::load_model(f.checkpoint, at::kFloat, at::kCPU, attention::Backend::Reference);
+  CausalLM model = testing::load_model(f.checkpoint, at::kFloat, at::kCPU, attention::Backend::kReference);
   std::vector<Example> forward, backward;
   for (int i = 0; i < f.golden.num_examples(); ++i) forward.push_back(f.golden.example(i));
   backward.assign(forward.rbegin(), forward.rend());

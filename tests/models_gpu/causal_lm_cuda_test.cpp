@@ -4,7 +4,7 @@
 // record); fp32 and fp16 run too.
 #include "tests/models_gpu/bf16_parity.h"
 
-#include "attention/fptrain_backend.h"
+#include "attention/hopper_backend.h"
 #include "models/model_config.h"
 
 #include <gtest/gtest.h>
@@ -16,11 +16,11 @@ namespace fptrain::models {
 namespace {
 
 std::vector<attention::Backend> cuda_backends(int64_t head_dim) {
-  std::vector<attention::Backend> out{attention::Backend::Reference, attention::Backend::TorchFA2};
-  if (attention::fptrain_kernels_support(head_dim, at::kBFloat16)) {
-    out.push_back(attention::Backend::Fptrain);
+  std::vector<attention::Backend> out{attention::Backend::kReference, attention::Backend::kTorchFA2};
+  if (attention::hopper_kernels_support(head_dim, at::kBFloat16)) {
+    out.push_back(attention::Backend::kHopper);
   } else {
-    std::printf("attention backend fptrain: no kernels for head dim %lld in this build/device, not compared\n",
+    std::printf("attention backend hopper: no kernels for head dim %lld in this build/device, not compared\n",
                 static_cast<long long>(head_dim));
   }
   return out;
@@ -60,7 +60,7 @@ TEST_P(Bf16Parity, Fp32AndFp16AlsoRunOnCuda) {
     at::ScalarType dtype;
     attention::Backend backend;
     double max_err;
-  } runs[] = {{at::kFloat, attention::Backend::Reference, 1e-4}, {at::kHalf, attention::Backend::TorchFA2, 2e-2}};
+  } runs[] = {{at::kFloat, attention::Backend::kReference, 1e-4}, {at::kHalf, attention::Backend::kTorchFA2, 2e-2}};
   for (const auto& r : runs) {
     CausalLM model = testing::load_model(dir / name, r.dtype, at::Device(at::kCUDA, 0), r.backend);
     const LossOutput loss = model.loss(p.input, p.labels);

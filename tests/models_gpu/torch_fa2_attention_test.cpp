@@ -76,9 +76,9 @@ TEST_P(TorchFa2VsReference, AsAccurateAsTheReferenceInTheSameDtype) {
   ASSERT_TRUE(at::hasCUDA()) << "this suite needs a CUDA device";
   const Case c = GetParam();
   const Inputs in = make_inputs(c.lengths, c.hq, c.hkv, c.d, c.window);
-  const Outputs exact = run(in, c.dtype, Backend::Reference, at::kFloat, in.spec);
-  const Outputs ref16 = run(in, c.dtype, Backend::Reference, c.dtype, in.spec);
-  const Outputs fa2 = run(in, c.dtype, Backend::TorchFA2, c.dtype, in.spec);
+  const Outputs exact = run(in, c.dtype, Backend::kReference, at::kFloat, in.spec);
+  const Outputs ref16 = run(in, c.dtype, Backend::kReference, c.dtype, in.spec);
+  const Outputs fa2 = run(in, c.dtype, Backend::kTorchFA2, c.dtype, in.spec);
   const char* names[] = {"out", "dq", "dk", "dv"};
   const at::Tensor Outputs::*fields[] = {&Outputs::out, &Outputs::dq, &Outputs::dk, &Outputs::dv};
   for (int i = 0; i < 4; ++i) {
@@ -104,11 +104,11 @@ TEST(TorchFa2Window, HasHuggingFaceWidth) {
   ASSERT_TRUE(at::hasCUDA()) << "this suite needs a CUDA device";
   const int64_t W = 17;
   const Inputs in = make_inputs({90, 3, 150}, 4, 2, 64, W);
-  const Outputs fa2 = run(in, at::kBFloat16, Backend::TorchFA2, at::kBFloat16, in.spec);
+  const Outputs fa2 = run(in, at::kBFloat16, Backend::kTorchFA2, at::kBFloat16, in.spec);
   auto error_with_window = [&](int64_t w) {
     VarlenSpec spec = in.spec;
     spec.window = w;
-    return rel_err(fa2.out, run(in, at::kBFloat16, Backend::Reference, at::kFloat, spec).out);
+    return rel_err(fa2.out, run(in, at::kBFloat16, Backend::kReference, at::kFloat, spec).out);
   };
   const double same = error_with_window(W), narrower = error_with_window(W - 1),
                wider = error_with_window(W + 1);
@@ -122,8 +122,8 @@ TEST(TorchFa2Window, HasHuggingFaceWidth) {
 TEST(TorchFa2, EmptySequencesInThePack) {
   ASSERT_TRUE(at::hasCUDA()) << "this suite needs a CUDA device";
   const Inputs in = make_inputs({0, 40, 0, 0, 17, 0}, 4, 2, 64, 0);
-  const Outputs exact = run(in, at::kBFloat16, Backend::Reference, at::kFloat, in.spec);
-  const Outputs fa2 = run(in, at::kBFloat16, Backend::TorchFA2, at::kBFloat16, in.spec);
+  const Outputs exact = run(in, at::kBFloat16, Backend::kReference, at::kFloat, in.spec);
+  const Outputs fa2 = run(in, at::kBFloat16, Backend::kTorchFA2, at::kBFloat16, in.spec);
   EXPECT_LT(rel_err(fa2.out, exact.out), 1e-2);
   EXPECT_LT(rel_err(fa2.dq, exact.dq), 2e-2);
 }
@@ -131,7 +131,7 @@ TEST(TorchFa2, EmptySequencesInThePack) {
 TEST(TorchFa2, RejectsFp32) {
   ASSERT_TRUE(at::hasCUDA()) << "this suite needs a CUDA device";
   const Inputs in = make_inputs({8}, 2, 2, 64, 0);
-  EXPECT_THROW(varlen_attention(in.q, in.k, in.v, in.spec, Backend::TorchFA2), std::invalid_argument);
+  EXPECT_THROW(varlen_attention(in.q, in.k, in.v, in.spec, Backend::kTorchFA2), std::invalid_argument);
 }
 
 }  // namespace

@@ -86,7 +86,7 @@ TEST(LoadPretrained, ShardedCheckpointsEqualTransformersWeights) {
 }
 
 TEST(LoadPretrained, BothByteReadersGiveTransformersWeights) {
-  for (const auto reader : {ByteReader::Pread, ByteReader::Mmap}) {
+  for (const auto reader : {ByteReader::kPread, ByteReader::kMmap}) {
     LoadOptions options;
     options.reader = reader;
     expect_equal_to_reference(
@@ -100,7 +100,7 @@ TEST(SafetensorsReader, CopyBytesReadsAnyRangeWithEitherReader) {
   const SafetensorsEntry& e = file.at("model.embed_tokens.weight");
   const at::Tensor whole = file.read(e.name);
   const auto* bytes = static_cast<const uint8_t*>(whole.data_ptr());
-  for (const auto reader : {ByteReader::Pread, ByteReader::Mmap}) {
+  for (const auto reader : {ByteReader::kPread, ByteReader::kMmap}) {
     std::vector<uint8_t> part(1000);
     file.copy_bytes(e, 123, part.size(), part.data(), reader);
     EXPECT_EQ(std::memcmp(part.data(), bytes + 123, part.size()), 0);

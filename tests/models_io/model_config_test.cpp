@@ -15,9 +15,9 @@ using namespace fptrain::models::testing;
 
 std::string rope_type_name(RopeType t) {
   switch (t) {
-    case RopeType::Default: return "default";
-    case RopeType::Linear: return "linear";
-    case RopeType::Llama3: return "llama3";
+    case RopeType::kDefault: return "default";
+    case RopeType::kLinear: return "linear";
+    case RopeType::kLlama3: return "llama3";
   }
   return "?";
 }
@@ -54,7 +54,7 @@ void expect_matches(const ModelConfig& c, const json& want, const std::string& w
   EXPECT_EQ(rope_type_name(c.rope.type), want["rope_type"].get<std::string>());
   EXPECT_EQ(c.rope.theta, want["rope_theta"].get<double>());
   if (!want["rope_factor"].is_null()) EXPECT_EQ(c.rope.factor, want["rope_factor"].get<double>());
-  if (c.rope.type == RopeType::Llama3) {
+  if (c.rope.type == RopeType::kLlama3) {
     EXPECT_EQ(c.rope.low_freq_factor, want["rope_low_freq_factor"].get<double>());
     EXPECT_EQ(c.rope.high_freq_factor, want["rope_high_freq_factor"].get<double>());
     EXPECT_EQ(c.rope.original_max_position_embeddings,
@@ -139,7 +139,7 @@ TEST(ConfigParse, FamilyFromModelTypeWhenArchitecturesAbsent) {
   json doc = read_json(fixture("mistral/config.json"));
   doc.erase("architectures");
   const ModelConfig c = parse_model_config(doc, "mem");
-  EXPECT_EQ(c.family, Family::Mistral);
+  EXPECT_EQ(c.family, Family::kMistral);
   EXPECT_EQ(c.architecture, "MistralForCausalLM");
 }
 

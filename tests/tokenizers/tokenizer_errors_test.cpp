@@ -9,12 +9,12 @@
 
 #include <unistd.h>
 
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace {
 
 namespace fs = std::filesystem;
-using fptrain::data::load_tokenizer;
+using fptrain::tokenizer::load_tokenizer;
 
 fs::path make_dir(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / ("fptrain_tok_err_" + name + "_" + std::to_string(::getpid()));

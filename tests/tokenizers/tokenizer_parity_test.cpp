@@ -10,15 +10,15 @@
 #include <thread>
 #include <vector>
 
-#include "data/sentencepiece_tokenizer.h"
-#include "data/tokenizer.h"
-#include "data/tokenizer_config.h"
+#include "tokenizer/sentencepiece_tokenizer.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_config.h"
 
 namespace {
 
 namespace fs = std::filesystem;
-using fptrain::data::load_tokenizer;
-using fptrain::data::Tokenizer;
+using fptrain::tokenizer::load_tokenizer;
+using fptrain::tokenizer::Tokenizer;
 
 nlohmann::json read_json(const fs::path& path) {
   std::ifstream in(path);
@@ -108,9 +108,9 @@ TEST(SentencePieceEngines, LibSentencePieceMatchesHuggingFace) {
   for (const char* name : {"spm_llama2", "spm_legacy_eos"}) {
     const fs::path dir = fs::path(FPTRAIN_FIXTURE_DIR) / name;
     const auto golden = read_json(dir / "golden.json");
-    const auto tok = fptrain::data::load_sentencepiece_tokenizer(
-        dir / "tokenizer.model", fptrain::data::read_tokenizer_config(dir),
-        fptrain::data::SentencePieceEngine::kLibSentencePiece);
+    const auto tok = fptrain::tokenizer::load_sentencepiece_tokenizer(
+        dir / "tokenizer.model", fptrain::tokenizer::read_tokenizer_config(dir),
+        fptrain::tokenizer::SentencePieceEngine::kLibSentencePiece);
     const auto& lines = golden.at("lines");
     for (size_t i = 0; i < lines.size(); ++i) {
       const std::string line = lines[i].get<std::string>();

@@ -4,11 +4,11 @@
 #include <string>
 #include <vector>
 
-#include "data/word_cache.h"
+#include "tokenizer/word_cache.h"
 
 namespace {
 
-using fptrain::data::WordCache;
+using fptrain::tokenizer::WordCache;
 
 TEST(WordCache, HitsSurviveGenerationSwaps) {
   WordCache& cache = WordCache::for_thread(WordCache::new_owner());

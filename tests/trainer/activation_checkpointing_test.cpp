@@ -31,7 +31,7 @@ Grads run(int64_t every_k) {
   const models::ModelConfig config = tiny_config();
   models::TensorMap params = models::init_parameters(config, 5);
   for (auto& [n, t] : params) t.requires_grad_(true);
-  models::CausalLM model(config, params, attention::Backend::Reference);
+  models::CausalLM model(config, params, attention::Backend::kReference);
   set_activation_checkpointing(model, every_k);
 
   at::manual_seed(1);
@@ -77,7 +77,7 @@ TEST(TrainActivationCheckpointing, GradientsEqualThePlainBackward) {
 TEST(TrainActivationCheckpointing, NoGradForwardIsUnaffected) {
   const models::ModelConfig config = tiny_config();
   models::TensorMap params = models::init_parameters(config, 5);
-  models::CausalLM model(config, params, attention::Backend::Reference);
+  models::CausalLM model(config, params, attention::Backend::kReference);
   set_activation_checkpointing(model, 1);
   models::PackedInput in;
   in.input_ids = at::arange(10, at::kLong);

@@ -2,7 +2,7 @@
 // and a suggestion, SIGTERM finishes the step, saves and exits 0, `fptrain init`
 // writes a model and tokenizer that transformers and our tokenizer agree on,
 // `fptrain eval` and `fptrain data` run on a configuration.
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "tests/trainer/trainer_test_util.h"
 #include "trainer/checkpoint_store.h"
 
@@ -123,7 +123,7 @@ TEST(TrainCli, InitWritesAModelAndTokenizerTransformersLoads) {
   EXPECT_EQ(hf["spm_mismatches"].get<int>(), 0);
   EXPECT_NE(hf["chat"].get<std::string>().find("[INST] Hi [/INST] Hello</s>"), std::string::npos) << hf["chat"];
   // Our tokenizer (what training uses) gives transformers' ids.
-  const auto tok = data::load_tokenizer(model);
+  const auto tok = tokenizer::load_tokenizer(model);
   EXPECT_LE(tok->vocab_size(), hf["vocab_size"].get<int64_t>());
   for (size_t i = 0; i < hf["texts"].size(); ++i) {
     const std::string text = hf["texts"][i].get<std::string>();

@@ -12,7 +12,7 @@ namespace {
 TEST(TrainSchedule, WarmupThenCosineToMinLr) {
   ScheduleSection s;
   s.warmup_steps = 4;
-  s.decay = "cosine";
+  s.decay = LrDecay::kCosine;
   s.min_lr = 0.1;
   EXPECT_DOUBLE_EQ(learning_rate(s, 1.0, 0, 14), 0.25);
   EXPECT_DOUBLE_EQ(learning_rate(s, 1.0, 3, 14), 1.0);
@@ -24,10 +24,10 @@ TEST(TrainSchedule, WarmupThenCosineToMinLr) {
 
 TEST(TrainSchedule, LinearAndConstant) {
   ScheduleSection s;
-  s.decay = "linear";
+  s.decay = LrDecay::kLinear;
   EXPECT_DOUBLE_EQ(learning_rate(s, 2.0, 0, 4), 1.5);
   EXPECT_DOUBLE_EQ(learning_rate(s, 2.0, 3, 4), 0.0);
-  s.decay = "constant";
+  s.decay = LrDecay::kConstant;
   s.warmup_steps = 2;
   EXPECT_DOUBLE_EQ(learning_rate(s, 2.0, 0, 4), 1.0);
   EXPECT_DOUBLE_EQ(learning_rate(s, 2.0, 3, 4), 2.0);

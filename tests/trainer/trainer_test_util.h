@@ -2,7 +2,7 @@
 // the fptrain binary and the Python reference scripts, reading metrics.
 #pragma once
 
-#include "trainer/remove_tree.h"
+#include "common/files.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -31,10 +31,10 @@ class TempDir {
     static std::atomic<int> counter{0};
     path_ = fs::temp_directory_path() /
             ("fptrain_trainer_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    remove_tree(path_);
+    common::remove_tree(path_);
     fs::create_directories(path_);
   }
-  ~TempDir() { remove_tree(path_); }
+  ~TempDir() { common::remove_tree(path_); }
   fs::path write(const std::string& name, const std::string& content) const {
     const fs::path p = path_ / name;
     std::ofstream(p, std::ios::binary) << content;

@@ -1,7 +1,7 @@
 // Training on CUDA: bf16 weights with fp32 masters, torch-fa2 (and our kernels
 // where they run) follow the fp32 CPU run of the same configuration; `auto`
 // picks CUDA and bf16; activation checkpointing keeps the gradients.
-#include "attention/fptrain_backend.h"
+#include "attention/hopper_backend.h"
 #include "models/causal_lm.h"
 #include "models/checkpoint.h"
 #include "tests/trainer/trainer_test_util.h"
@@ -36,7 +36,7 @@ TEST(TrainGpu, Bf16WithMastersFollowsTheFp32CpuRun) {
   ASSERT_EQ(c.exit_code, 0) << c.output;
   const auto cpu = train_records(dir / "cpu");
   std::vector<std::string> backends = {"torch-fa2"};
-  if (attention::fptrain_kernels_support(64, at::kBFloat16)) backends.push_back("fptrain");
+  if (attention::hopper_kernels_support(64, at::kBFloat16)) backends.push_back("hopper");
   for (const auto& backend : backends) {
     const std::string cfg = dir.write(backend + ".yaml", gpu_config(dir / backend, backend, "bfloat16"));
     const CommandResult r = run_fptrain({"train", cfg});
@@ -66,7 +66,7 @@ TEST(TrainGpu, AutoPicksCudaAndBf16) {
   const auto summary = nlohmann::json::parse(read_file(dir / "auto" / "summary.json"));
   EXPECT_EQ(summary["dtype"], "bfloat16");
   // head_dim 64: our kernels where they run (sm_90), else FlashAttention-2.
-  EXPECT_EQ(summary["attention"], attention::fptrain_kernels_support(64, at::kBFloat16) ? "fptrain" : "torch-fa2");
+  EXPECT_EQ(summary["attention"], attention::hopper_kernels_support(64, at::kBFloat16) ? "hopper" : "torch-fa2");
   EXPECT_NE(summary["device"].get<std::string>().find("NVIDIA"), std::string::npos) << summary.dump();
 }
 
@@ -76,7 +76,7 @@ TEST(TrainGpu, ActivationCheckpointingKeepsTheGradients) {
     models::TensorMap params =
         models::load_pretrained_weights(fixture("llama64"), config, at::kBFloat16, at::Device(at::kCUDA, 0));
     for (auto& [n, t] : params) t.requires_grad_(true);
-    models::CausalLM model(config, params, attention::Backend::TorchFA2);
+    models::CausalLM model(config, params, attention::Backend::kTorchFA2);
     set_activation_checkpointing(model, every_k);
     models::PackedInput in;
     const auto opts = at::TensorOptions().device(at::kCUDA);

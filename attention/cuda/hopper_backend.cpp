@@ -1,0 +1,72 @@
+// Backend "hopper": our kernels behind a torch::autograd::Function.
+#include "attention/hopper_backend.h"
+
+#include <ATen/Context.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "attention/cuda/hopper_kernels.h"
+
+namespace fptrain::attention {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+VarlenSpec spec_from(const at::Tensor& cu, int64_t max_seqlen, bool causal, int64_t window, double scale) {
+  VarlenSpec s;
+  s.cu_seqlens = cu;
+  s.max_seqlen = max_seqlen;
+  s.causal = causal;
+  s.window = window;
+  s.softmax_scale = scale;
+  return s;
+}
+
+class HopperAttention : public torch::autograd::Function<HopperAttention> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& cu_seqlens, int64_t max_seqlen, bool causal, int64_t window,
+                            double scale) {
+    auto [out, lse] = cuda::attention_forward(q, k, v, spec_from(cu_seqlens, max_seqlen, causal, window, scale));
+    ctx->save_for_backward({q, k, v, out, lse, cu_seqlens});
+    ctx->saved_data["max_seqlen"] = max_seqlen;
+    ctx->saved_data["causal"] = causal;
+    ctx->saved_data["window"] = window;
+    ctx->saved_data["scale"] = scale;
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const VarlenSpec spec =
+        spec_from(saved[5], ctx->saved_data["max_seqlen"].toInt(), ctx->saved_data["causal"].toBool(),
+                  ctx->saved_data["window"].toInt(), ctx->saved_data["scale"].toDouble());
+    // torch.use_deterministic_algorithms(True) selects the atomic-free backward.
+    const bool deterministic = at::globalContext().deterministicAlgorithms();
+    auto [dq, dk, dv] = cuda::attention_backward(grad_outputs[0], saved[0], saved[1], saved[2], saved[3], saved[4],
+                                                 spec, deterministic);
+    return {dq, dk, dv, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+bool hopper_kernels_available() {
+  if (!at::globalContext().hasCUDA() || at::cuda::device_count() == 0) return false;
+  const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
+  return prop->major == 9 && prop->minor == 0;
+}
+
+bool hopper_kernels_support(int64_t head_dim, at::ScalarType dtype) {
+  return (head_dim == 64 || head_dim == 128) && (dtype == at::kBFloat16 || dtype == at::kHalf) &&
+         hopper_kernels_available();
+}
+
+at::Tensor hopper_varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                   const VarlenSpec& spec) {
+  return HopperAttention::apply(q, k, v, spec.cu_seqlens, spec.max_seqlen, spec.causal, spec.window,
+                                spec.softmax_scale);
+}
+
+}  // namespace fptrain::attention

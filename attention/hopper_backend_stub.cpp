@@ -1,0 +1,21 @@
+// Backend "hopper" in a build without CUDA (FPTRAIN_CUDA=OFF): the kernels in attention/cuda/
+// are not compiled, so the backend reports itself unavailable (see hopper_backend.h).
+#include "attention/hopper_backend.h"
+
+#include <stdexcept>
+
+namespace fptrain::attention {
+
+#ifndef FPTRAIN_HOPPER_KERNELS
+bool hopper_kernels_available() { return false; }
+
+bool hopper_kernels_support(int64_t, at::ScalarType) { return false; }
+
+at::Tensor hopper_varlen_attention(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                   const VarlenSpec&) {
+  throw std::runtime_error(
+      "attention backend 'hopper' is not in this build (built without CUDA); use torch-fa2 or reference");
+}
+#endif
+
+}  // namespace fptrain::attention

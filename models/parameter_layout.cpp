@@ -1,0 +1,61 @@
+#include "models/parameter_layout.h"
+
+#include <utility>
+
+namespace fptrain::models {
+
+int64_t ParameterInfo::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string layer_prefix(int64_t layer) { return "model.layers." + std::to_string(layer) + "."; }
+
+std::vector<ParameterInfo> parameter_layout(const ModelConfig& c) {
+  const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+  const int64_t q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  std::vector<ParameterInfo> out;
+  out.push_back({"model.embed_tokens.weight", {V, H}, -1});
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = layer_prefix(l);
+    const std::pair<const char*, std::vector<int64_t>> attn[] = {
+        {"q_proj", {q, H}}, {"k_proj", {kv, H}}, {"v_proj", {kv, H}}, {"o_proj", {H, q}}};
+    for (const auto& [proj, shape] : attn) {
+      out.push_back({p + "self_attn." + proj + ".weight", shape, l});
+      if (c.attention_bias) out.push_back({p + "self_attn." + proj + ".bias", {shape[0]}, l});
+    }
+    const std::pair<const char*, std::vector<int64_t>> mlp[] = {
+        {"gate_proj", {I, H}}, {"up_proj", {I, H}}, {"down_proj", {H, I}}};
+    for (const auto& [proj, shape] : mlp) {
+      out.push_back({p + "mlp." + proj + ".weight", shape, l});
+      if (c.mlp_bias) out.push_back({p + "mlp." + proj + ".bias", {shape[0]}, l});
+    }
+    out.push_back({p + "input_layernorm.weight", {H}, l});
+    out.push_back({p + "post_attention_layernorm.weight", {H}, l});
+  }
+  out.push_back({"model.norm.weight", {H}, -1});
+  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {V, H}, -1});
+  return out;
+}
+
+std::map<std::string, std::vector<int64_t>> expected_parameter_shapes(const ModelConfig& config) {
+  std::map<std::string, std::vector<int64_t>> out;
+  for (auto& p : parameter_layout(config)) out.emplace(std::move(p.name), std::move(p.shape));
+  return out;
+}
+
+std::vector<std::string> parameter_names_in_model_order(const ModelConfig& config) {
+  std::vector<std::string> out;
+  for (auto& p : parameter_layout(config)) out.push_back(std::move(p.name));
+  return out;
+}
+
+bool is_ignorable_checkpoint_tensor(const std::string& name, const ModelConfig& c) {
+  const std::string inv_freq = "rotary_emb.inv_freq";
+  if (name.size() >= inv_freq.size() && name.compare(name.size() - inv_freq.size(), inv_freq.size(), inv_freq) == 0)
+    return true;
+  return c.tie_word_embeddings && name == "lm_head.weight";
+}
+
+}  // namespace fptrain::models

@@ -1,0 +1,116 @@
+#include "tokenizer/normalizer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <stdexcept>
+#include <vector>
+
+#include "tokenizer/regex.h"
+#include "tokenizer/tokenizer_json_util.h"
+#include "tokenizer/unicode.h"
+
+namespace fptrain::tokenizer {
+namespace {
+
+class SequenceNormalizer : public Normalizer {
+ public:
+  explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> steps) : steps_(std::move(steps)) {}
+  void normalize(std::string& text) const override {
+    for (const auto& step : steps_) step->normalize(text);
+  }
+
+ private:
+  std::vector<std::unique_ptr<Normalizer>> steps_;
+};
+
+// Adds a prefix to non-empty text (the Llama 2 tokenizer.json adds "▁" this way).
+class PrependNormalizer : public Normalizer {
+ public:
+  explicit PrependNormalizer(std::string prefix) : prefix_(std::move(prefix)) {}
+  void normalize(std::string& text) const override {
+    if (!text.empty()) text.insert(0, prefix_);
+  }
+
+ private:
+  std::string prefix_;
+};
+
+class ReplaceNormalizer : public Normalizer {
+ public:
+  ReplaceNormalizer(std::unique_ptr<Regex> pattern, std::string content)
+      : pattern_(std::move(pattern)), content_(std::move(content)) {}
+  void normalize(std::string& text) const override {
+    thread_local std::vector<std::pair<size_t, size_t>> matches;
+    matches.clear();
+    pattern_->find_all(text, matches);
+    if (matches.empty()) return;
+    std::string out;
+    out.reserve(text.size() + matches.size() * content_.size());
+    size_t prev = 0;
+    for (const auto& [begin, end] : matches) {
+      out.append(text, prev, begin - prev);
+      out += content_;
+      prev = end;
+    }
+    out.append(text, prev, std::string::npos);
+    text.swap(out);
+  }
+
+ private:
+  std::unique_ptr<Regex> pattern_;
+  std::string content_;
+};
+
+// Strips Unicode whitespace on the left and/or right.
+class StripNormalizer : public Normalizer {
+ public:
+  StripNormalizer(bool left, bool right) : left_(left), right_(right) {}
+  void normalize(std::string& text) const override {
+    size_t begin = 0, end = text.size();
+    if (left_) {
+      while (begin < end) {
+        size_t next = begin;
+        if (!unicode::is_whitespace(unicode::next_code_point(text, next))) break;
+        begin = next;
+      }
+    }
+    if (right_) {
+      while (end > begin) {
+        size_t start = end - 1;
+        while (start > begin && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) --start;
+        size_t next = start;
+        if (!unicode::is_whitespace(unicode::next_code_point(text, next))) break;
+        end = start;
+      }
+    }
+    text = text.substr(begin, end - begin);
+  }
+
+ private:
+  bool left_, right_;
+};
+
+}  // namespace
+
+std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& spec, const std::string& file) {
+  if (spec.is_null()) return nullptr;
+  const std::string type = json_type(spec, file, "normalizer");
+  if (type == "Sequence") {
+    std::vector<std::unique_ptr<Normalizer>> steps;
+    for (const auto& step : json_field(spec, "normalizers", file, "normalizer Sequence")) {
+      if (auto n = make_normalizer(step, file)) steps.push_back(std::move(n));
+    }
+    return std::make_unique<SequenceNormalizer>(std::move(steps));
+  }
+  if (type == "Prepend") return std::make_unique<PrependNormalizer>(json_string(spec, "prepend", file, "Prepend"));
+  if (type == "Replace") {
+    return std::make_unique<ReplaceNormalizer>(json_pattern(spec, file, "normalizer Replace"),
+                                               json_string(spec, "content", file, "Replace"));
+  }
+  if (type == "Strip") {
+    return std::make_unique<StripNormalizer>(spec.value("strip_left", true), spec.value("strip_right", true));
+  }
+  throw std::runtime_error(file + ": unsupported normalizer type '" + type + "'");
+}
+
+}  // namespace fptrain::tokenizer
