@@ -126,9 +126,11 @@ at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::
                             const VarlenSpec& spec, Backend backend) {
   check_qkv(q, k, v);
   check_spec(q, spec);
-  // Boundaries are checked wherever they are on the host already; a device-only
-  // cu_seqlens is not copied back just to be checked (that would sync every layer).
-  if (spec.cu_seqlens_cpu.defined()) {
+  // Boundaries are checked wherever they are on the host already, unless the
+  // caller has (the model checks once per forward, not once per layer); a
+  // device-only cu_seqlens is not copied back just to be checked (that would sync).
+  if (spec.boundaries_validated) {
+  } else if (spec.cu_seqlens_cpu.defined()) {
     validate_cu_seqlens(spec.cu_seqlens_cpu, q.size(0), spec.max_seqlen);
   } else if (spec.cu_seqlens.device().is_cpu()) {
     validate_cu_seqlens(spec.cu_seqlens, q.size(0), spec.max_seqlen);

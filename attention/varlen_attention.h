@@ -32,6 +32,10 @@ struct VarlenSpec {
   // boundaries on the host; passing them here spares it a device-to-host copy,
   // and lets the dispatcher validate them without a sync.
   at::Tensor cu_seqlens_cpu;
+  // Set by a caller that has run validate_cu_seqlens on these boundaries
+  // already (the model does, once per forward pass): the dispatcher then skips
+  // the per-call host check. Direct callers leave it false.
+  bool boundaries_validated = false;
 };
 
 // q [T, Hq, D], k and v [T, Hkv, D] with Hq % Hkv == 0 (GQA). Returns [T, Hq, D]
@@ -39,9 +43,10 @@ struct VarlenSpec {
 at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const VarlenSpec& spec, Backend backend);
 
-// Checks a host (CPU) int32 cu_seqlens: starts at 0, non-decreasing, ends at
-// total_tokens, and max_seqlen equals its largest step. Throws std::invalid_argument
-// naming the first violation.
+// The one rule for boundaries, everywhere: a host (CPU) int32 cu_seqlens that
+// starts at 0, is non-decreasing (an empty sequence is allowed: it contributes
+// nothing), ends at total_tokens, and whose largest step is max_seqlen. Throws
+// std::invalid_argument naming the first violation.
 void validate_cu_seqlens(const at::Tensor& cu_seqlens_cpu, int64_t total_tokens,
                          int64_t max_seqlen);
 

@@ -69,7 +69,10 @@ std::string check_batch(const PackedBatch& b) {
   int64_t supervised = 0;
   for (size_t s = 0; s + 1 < b.cu_seqlens.size(); ++s) {
     const int32_t lo = b.cu_seqlens[s], hi = b.cu_seqlens[s + 1];
-    if (hi <= lo) return "cu_seqlens must increase strictly (at " + std::to_string(s) + ")";
+    // The rule of attention::validate_cu_seqlens: non-decreasing (the batcher
+    // itself never emits an empty sequence, but an empty one is well-formed).
+    if (hi < lo) return "cu_seqlens must be non-decreasing (at " + std::to_string(s) + ")";
+    if (hi == lo) continue;
     longest = std::max(longest, hi - lo);
     if (b.labels[lo] != kIgnoreLabel) return "first label of sequence " + std::to_string(s) + " is not ignored";
     for (int32_t t = lo; t < hi; ++t) {

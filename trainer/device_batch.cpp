@@ -1,7 +1,5 @@
 #include "trainer/device_batch.h"
 
-#include "attention/varlen_attention.h"
-
 #include <stdexcept>
 #include <string>
 
@@ -30,7 +28,6 @@ DeviceBatch to_device(const data::PackedBatch& b, const at::Device& device) {
   at::Tensor pos = host_tensor(b.position_ids, at::kLong, cuda);
   at::Tensor labels = host_tensor(b.labels, at::kLong, cuda);
   at::Tensor cu = host_tensor(b.cu_seqlens, at::kInt, cuda);
-  attention::validate_cu_seqlens(cu, T, b.max_seqlen);
   d.input.input_ids = ids.to(device, /*non_blocking=*/true);
   d.input.position_ids = pos.to(device, true);
   d.input.cu_seqlens = cu.to(device, true);

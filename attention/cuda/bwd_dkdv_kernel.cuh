@@ -26,6 +26,7 @@
 #include "attention/cuda/params.h"
 #include "attention/cuda/smem_layout.cuh"
 #include "attention/cuda/softmax.cuh"
+#include "attention/cuda/tile_scheduler.cuh"
 #include "attention/cuda/tile_sizes.h"
 #include "attention/cuda/tma_pipeline.cuh"
 #include "attention/cuda/wgmma.cuh"
@@ -115,8 +116,9 @@ __device__ __forceinline__ void bwd_producer(const BwdParams& p, const BwdTensor
       }
       break;
     }
-    const Tile tile = p.kv_tiles.tiles[item / sh.heads_kv];
-    const int hk = item % sh.heads_kv;
+    const WorkItem w = decode_item(p.kv_tiles, item, sh.heads_kv);
+    const Tile tile = w.tile;
+    const int hk = w.head;
     const SeqBounds seq = seq_bounds(sh.cu_seqlens, tile.seq, sh.total_tokens);
     const int start = seq.start, len = seq.len;
     const BlockRange qr = query_blocks_for_key_block(tile.block, BM, BN, len, sh.causal, sh.window);
@@ -246,13 +248,12 @@ __device__ __forceinline__ void bwd_dq_accumulate(const BwdTensorMaps& maps, con
   }
 }
 
-// The registers of one step. The members are listed in reverse order of first use: with this
-// order nvcc emits exactly the code of the kernel before it was split into functions (any
-// order computes the same; the SASS was compared byte for byte).
+// The registers of one step (besides dK, dV and dQ). The members are listed in reverse order
+// of first use: with this order nvcc emits exactly the code of the kernel before it was split
+// into functions (any order computes the same; the SASS was compared byte for byte).
 template <int D>
 struct BwdStepRegs {
   static constexpr int MT = BwdTraits<D>::kBlockM / 8;
-  float dq[D / 16][4];                          // atomic mode: dQ of this warpgroup's half of D
   uint32_t dsf[MT / 2][4];                      // dS^T as A fragments
   float2 dsum2[MT];                             // rowsum(dO O) of this thread's query columns
   uint32_t pf[MT / 2][4];                       // P^T as A fragments
@@ -261,22 +262,49 @@ struct BwdStepRegs {
   float st[MT][4];                              // S^T, then P^T, then dS^T
 };
 
+// acc (+)= A B^T for this warpgroup's 64 rows of the key-block tile at s_a (K or V) against the
+// query tile at s_b (Q or dO), both K-major over D: S^T = K Q^T, dP^T = V dO^T.
+template <typename T, int D>
+__device__ __forceinline__ void bwd_issue_kt_product(float (&acc)[BwdTraits<D>::kBlockM / 8][4], uint32_t s_a,
+                                                     uint32_t s_b, int cw) {
+  using KVTile = typename BwdTraits<D>::KVTile;
+  using QTile = typename BwdTraits<D>::QTile;
+#pragma unroll
+  for (int kt = 0; kt < D / 16; ++kt) {
+    const uint32_t a = (kt / 4) * KVTile::kSlabBytes + cw * 64 * 128 + (kt % 4) * 32;
+    const uint32_t b = (kt / 4) * QTile::kSlabBytes + (kt % 4) * 32;
+    Wgmma<T, BwdTraits<D>::kBlockM>::template ss<0, 0>(acc, wgmma_desc(s_a + a, 16, 1024),
+                                                       wgmma_desc(s_b + b, 16, 1024), kt > 0);
+  }
+}
+
+// acc += frags * B with frags (P^T or dS^T) in registers and B the query tile at s_b (dO or
+// Q) read MN-major: dV += P^T dO, dK += dS^T Q.
+template <typename T, int D>
+__device__ __forceinline__ void bwd_issue_rs(float (&acc)[D / 8][4],
+                                             const uint32_t (&frags)[BwdTraits<D>::kBlockM / 16][4], uint32_t s_b) {
+  using QTile = typename BwdTraits<D>::QTile;
+#pragma unroll
+  for (int kt = 0; kt < BwdTraits<D>::kBlockM / 16; ++kt)
+    Wgmma<T, D>::template rs<1>(acc, frags[kt], wgmma_desc(s_b + kt * 16 * 128, QTile::kSlabBytes, 1024), 1);
+}
+
 // One step of the mainloop: query block q0 of head h against this warpgroup's 64 keys.
 // Recomputes S^T and dP^T, forms P^T and dS^T in registers, accumulates dV and dK, and
 // (atomic mode) dQ; releases the Q stage.
 template <typename T, int D, bool kAtomicDQ>
 __device__ __forceinline__ void bwd_consumer_step(float (&dk)[D / 8][4], float (&dv)[D / 8][4], BwdStepRegs<D>& r,
-                                                  const BwdTensorMaps& maps, const BwdSmem<D>& sm,
-                                                  const VarlenShape& sh, const BwdItem& it, int q_iter, int h, int q0,
-                                                  const BwdConsumerThread& th, float scale_log2) {
+                                                  float (&dq)[D / 16][4], const BwdTensorMaps& maps,
+                                                  const BwdSmem<D>& sm, const VarlenShape& sh, const BwdItem& it,
+                                                  int q_iter, int h, int q0, const BwdConsumerThread& th,
+                                                  float scale_log2) {
   using Tr = BwdTraits<D>;
-  using KVTile = typename Tr::KVTile;
   using QTile = typename Tr::QTile;
   using DsTile = typename Tr::DsTile;
   constexpr int BN = Tr::kBlockN, BM = Tr::kBlockM, MT = BM / 8;
   const int qs = q_iter & 1;
   const uint32_t s_q = sm.q0 + qs * QTile::kBytes, s_do = sm.do0 + qs * QTile::kBytes;
-  const uint32_t s_ds = sm.ds0 + (q_iter & 1) * DsTile::kBytes;
+  const uint32_t s_ds = sm.ds0 + qs * DsTile::kBytes;
   const float* lse = sm.lse(qs);
   const float* dsum = sm.dsum(qs);
 
@@ -291,19 +319,9 @@ __device__ __forceinline__ void bwd_consumer_step(float (&dk)[D / 8][4], float (
   zero_acc(st);
   zero_acc(dpt);
   wgmma_fence();
-#pragma unroll
-  for (int kt = 0; kt < D / 16; ++kt) {
-    const uint32_t a = (kt / 4) * KVTile::kSlabBytes + th.cw * 64 * 128 + (kt % 4) * 32;
-    const uint32_t b = (kt / 4) * QTile::kSlabBytes + (kt % 4) * 32;
-    Wgmma<T, BM>::template ss<0, 0>(st, wgmma_desc(sm.k + a, 16, 1024), wgmma_desc(s_q + b, 16, 1024), kt > 0);
-  }
+  bwd_issue_kt_product<T, D>(st, sm.k, s_q, th.cw);
   wgmma_commit();
-#pragma unroll
-  for (int kt = 0; kt < D / 16; ++kt) {
-    const uint32_t a = (kt / 4) * KVTile::kSlabBytes + th.cw * 64 * 128 + (kt % 4) * 32;
-    const uint32_t b = (kt / 4) * QTile::kSlabBytes + (kt % 4) * 32;
-    Wgmma<T, BM>::template ss<0, 0>(dpt, wgmma_desc(sm.v + a, 16, 1024), wgmma_desc(s_do + b, 16, 1024), kt > 0);
-  }
+  bwd_issue_kt_product<T, D>(dpt, sm.v, s_do, th.cw);
   wgmma_commit();
   // Row statistics of this thread's query columns, read while the products run.
 #pragma unroll
@@ -327,9 +345,7 @@ __device__ __forceinline__ void bwd_consumer_step(float (&dk)[D / 8][4], float (
   wgmma_wait<0>();
   fence_acc(dpt);
   wgmma_fence();
-#pragma unroll
-  for (int kt = 0; kt < BM / 16; ++kt)
-    Wgmma<T, D>::template rs<1>(dv, pf[kt], wgmma_desc(s_do + kt * 16 * 128, QTile::kSlabBytes, 1024), 1);
+  bwd_issue_rs<T, D>(dv, pf, s_do);
   wgmma_commit();
 
   // dS^T = P^T (dP^T - dsum[q]), unscaled (the softmax scale is applied to dK and dQ at the end).
@@ -339,13 +355,11 @@ __device__ __forceinline__ void bwd_consumer_step(float (&dk)[D / 8][4], float (
     for (int e = 0; e < 4; ++e) st[mt][e] *= dpt[mt][e] - ((e & 1) ? dsum2[mt].y : dsum2[mt].x);
   acc_to_a_frags<T, BM / 16>(dsf, st);
   wgmma_fence();
-#pragma unroll
-  for (int kt = 0; kt < BM / 16; ++kt)
-    Wgmma<T, D>::template rs<1>(dk, dsf[kt], wgmma_desc(s_q + kt * 16 * 128, QTile::kSlabBytes, 1024), 1);
+  bwd_issue_rs<T, D>(dk, dsf, s_q);
   wgmma_commit();
 
   if constexpr (kAtomicDQ) {
-    bwd_dq_accumulate<T, D>(maps, sm, dsf, r.dq, s_ds, qs, h, it.start, q0, th);
+    bwd_dq_accumulate<T, D>(maps, sm, dsf, dq, s_ds, qs, h, it.start, q0, th);
   } else {
     wgmma_wait<0>();
     bwd_release(sm.q_empty(qs));
@@ -420,7 +434,8 @@ __device__ __forceinline__ void bwd_consumer(const BwdParams& p, const BwdTensor
       const int h = it.hk * group + step / q_blocks;
       const int q0 = (qr.begin + step % q_blocks) * BM;
       BwdStepRegs<D> r;
-      bwd_consumer_step<T, D, kAtomicDQ>(dk, dv, r, maps, sm, sh, it, q_iter, h, q0, th, scale_log2);
+      float dq[D / 16][4];  // atomic mode: dQ of this warpgroup's half of D
+      bwd_consumer_step<T, D, kAtomicDQ>(dk, dv, r, dq, maps, sm, sh, it, q_iter, h, q0, th, scale_log2);
       ++q_iter;
     }
     bwd_release(sm.kv_empty());  // K and V are no longer read

@@ -47,8 +47,9 @@ __global__ void __launch_bounds__(DqTraits<D>::kThreads) bwd_dq_kernel(BwdParams
   for (;;) {
     const int item = claim_item(p.q_tiles.next_item, &item_slot);
     if (item >= num_items) break;
-    const Tile tile = p.q_tiles.tiles[item / sh.heads_q];
-    const int h = item % sh.heads_q, hk = h / group;
+    const WorkItem w = decode_item(p.q_tiles, item, sh.heads_q);
+    const Tile tile = w.tile;
+    const int h = w.head, hk = h / group;
     const SeqBounds seq = seq_bounds(sh.cu_seqlens, tile.seq, sh.total_tokens);
     const int start = seq.start, len = seq.len;
     const int q0 = tile.block * BM;

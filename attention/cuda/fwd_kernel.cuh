@@ -19,6 +19,7 @@
 #include "attention/cuda/params.h"
 #include "attention/cuda/smem_layout.cuh"
 #include "attention/cuda/softmax.cuh"
+#include "attention/cuda/tile_scheduler.cuh"
 #include "attention/cuda/tile_sizes.h"
 #include "attention/cuda/tma_pipeline.cuh"
 #include "attention/cuda/wgmma.cuh"
@@ -89,8 +90,9 @@ __device__ __forceinline__ void fwd_producer(const FwdParams& p, const FwdTensor
       mbar_arrive(sm.q_full(qs));
       break;
     }
-    const Tile tile = p.tiles.tiles[item / sh.heads_q];
-    const int h = item % sh.heads_q, hk = h / group;
+    const WorkItem w = decode_item(p.tiles, item, sh.heads_q);
+    const Tile tile = w.tile;
+    const int h = w.head, hk = h / group;
     const SeqBounds seq = seq_bounds(sh.cu_seqlens, tile.seq, sh.total_tokens);
     const int start = seq.start, len = seq.len;
     sm.items[4 * qs] = item;

@@ -66,22 +66,37 @@ TileList make_tile_list(at::Tensor& storage, int capacity, int batch, const at::
 
 DType dtype_of(const at::Tensor& t) { return t.scalar_type() == at::kBFloat16 ? DType::kBF16 : DType::kFP16; }
 
+// q, k, v and cu_seqlens after the checks, contiguous; they must live until the launches are enqueued.
+struct Inputs {
+  at::Tensor q, k, v, cu;
+};
+
+Inputs checked_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const VarlenSpec& spec) {
+  check_inputs(q, k, v, spec);
+  return {q.contiguous(), k.contiguous(), v.contiguous(), spec.cu_seqlens.contiguous()};
+}
+
+// The fields FwdParams and BwdParams share: the shape and the q, k, v pointers.
+template <typename Params>
+void set_inputs(Params& p, const Inputs& in, const VarlenSpec& spec) {
+  p.shape = make_shape(in.q, in.k, spec, in.cu);
+  p.q = in.q.data_ptr();
+  p.k = in.k.data_ptr();
+  p.v = in.v.data_ptr();
+}
+
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor> attention_forward(const at::Tensor& q_in, const at::Tensor& k_in,
                                                      const at::Tensor& v_in, const VarlenSpec& spec) {
-  check_inputs(q_in, k_in, v_in, spec);
-  at::Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
-  at::Tensor cu = spec.cu_seqlens.contiguous();
+  const Inputs in = checked_inputs(q_in, k_in, v_in, spec);
+  const at::Tensor& q = in.q;
   at::Tensor o = at::empty_like(q);
   at::Tensor lse = at::empty({q.size(1), q.size(0)}, q.options().dtype(at::kFloat));
-  if (q.size(0) == 0 || cu.size(0) < 2) return {o, lse};
+  if (q.size(0) == 0 || in.cu.size(0) < 2) return {o, lse};
 
   FwdParams p;
-  p.shape = make_shape(q, k, spec, cu);
-  p.q = q.data_ptr();
-  p.k = k.data_ptr();
-  p.v = v.data_ptr();
+  set_inputs(p, in, spec);
   p.o = o.data_ptr();
   p.lse = lse.data_ptr<float>();
   at::Tensor tiles;
@@ -94,22 +109,18 @@ std::tuple<at::Tensor, at::Tensor> attention_forward(const at::Tensor& q_in, con
 std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
     const at::Tensor& dout_in, const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
     const at::Tensor& out_in, const at::Tensor& lse, const VarlenSpec& spec, bool deterministic) {
-  check_inputs(q_in, k_in, v_in, spec);
-  at::Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
+  const Inputs in = checked_inputs(q_in, k_in, v_in, spec);
+  const at::Tensor& q = in.q;
   at::Tensor o = out_in.contiguous(), dout = dout_in.to(q.scalar_type()).contiguous();
   if (dout.sizes() != q.sizes() || o.sizes() != q.sizes()) fail("dout and out must have q's shape");
   if (lse.scalar_type() != at::kFloat || lse.dim() != 2 || lse.size(0) != q.size(1) || lse.size(1) != q.size(0))
     fail("lse must be float32 [Hq, T]");
-  at::Tensor cu = spec.cu_seqlens.contiguous();
-  at::Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
-  if (q.size(0) == 0 || cu.size(0) < 2) return {dq.zero_(), dk.zero_(), dv.zero_()};
+  at::Tensor dq = at::empty_like(q), dk = at::empty_like(in.k), dv = at::empty_like(in.v);
+  if (q.size(0) == 0 || in.cu.size(0) < 2) return {dq.zero_(), dk.zero_(), dv.zero_()};
 
   BwdParams p;
-  p.shape = make_shape(q, k, spec, cu);
+  set_inputs(p, in, spec);
   const int d = p.shape.head_dim;
-  p.q = q.data_ptr();
-  p.k = k.data_ptr();
-  p.v = v.data_ptr();
   p.o = o.data_ptr();
   p.dout = dout.data_ptr();
   at::Tensor lse_c = lse.contiguous();

@@ -3,14 +3,7 @@
 
 namespace fptrain::attention::cuda {
 
-void run_fwd_bf16(FwdParams& p, cudaStream_t stream) {
-  if (p.shape.head_dim == 128) run_fwd_typed<__nv_bfloat16, 128>(p, stream);
-  else run_fwd_typed<__nv_bfloat16, 64>(p, stream);
-}
-
-void run_bwd_bf16(BwdParams& p, cudaStream_t stream) {
-  if (p.shape.head_dim == 128) run_bwd_typed<__nv_bfloat16, 128>(p, stream);
-  else run_bwd_typed<__nv_bfloat16, 64>(p, stream);
-}
+void run_fwd_bf16(FwdParams& p, cudaStream_t stream) { run_fwd_for_dtype<__nv_bfloat16>(p, stream); }
+void run_bwd_bf16(BwdParams& p, cudaStream_t stream) { run_bwd_for_dtype<__nv_bfloat16>(p, stream); }
 
 }  // namespace fptrain::attention::cuda

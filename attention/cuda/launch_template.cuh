@@ -131,4 +131,18 @@ void run_bwd_typed(BwdParams& p, cudaStream_t stream) {
   }
 }
 
+// Head-dim dispatch for element type T; launch_bf16.cu and launch_fp16.cu instantiate it for
+// one type each, so the two heavy translation units compile in parallel.
+template <typename T>
+void run_fwd_for_dtype(FwdParams& p, cudaStream_t stream) {
+  if (p.shape.head_dim == 128) run_fwd_typed<T, 128>(p, stream);
+  else run_fwd_typed<T, 64>(p, stream);
+}
+
+template <typename T>
+void run_bwd_for_dtype(BwdParams& p, cudaStream_t stream) {
+  if (p.shape.head_dim == 128) run_bwd_typed<T, 128>(p, stream);
+  else run_bwd_typed<T, 64>(p, stream);
+}
+
 }  // namespace fptrain::attention::cuda

@@ -1,8 +1,6 @@
 #include "attention/cuda/tile_scheduler.cuh"
 
-#include <stdexcept>
-#include <string>
-
+#include "attention/cuda/launch.h"
 #include "attention/cuda/masking.cuh"
 
 namespace fptrain::attention::cuda {
@@ -88,10 +86,7 @@ void launch_tile_scheduler(const VarlenShape& shape, TileKind kind, int bm, int 
                            cudaStream_t stream) {
   static_assert(kThreads == kBuckets, "the bucket scan gives one bucket to each thread");
   tile_scheduler_kernel<<<1, kThreads, 0, stream>>>(shape, kind, bm, bn, list);
-  cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess)
-    throw std::runtime_error(std::string("attention/cuda/tile_scheduler.cu: launch failed: ") +
-                             cudaGetErrorString(err));
+  check_cuda(cudaGetLastError(), "tile scheduler kernel launch");
 }
 
 }  // namespace fptrain::attention::cuda

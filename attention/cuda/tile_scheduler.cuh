@@ -25,6 +25,15 @@ enum class TileKind { QueryBlocks, KeyBlocks };
 void launch_tile_scheduler(const VarlenShape& shape, TileKind kind, int bm, int bn, TileList list,
                            cudaStream_t stream);
 
+// Work item i of a kernel that runs `heads` heads of every tile: tile i / heads, head i % heads.
+struct WorkItem {
+  Tile tile;
+  int head;
+};
+__device__ __forceinline__ WorkItem decode_item(const TileList& list, int item, int heads) {
+  return {list.tiles[item / heads], item % heads};
+}
+
 // Claims the next work item for the whole CTA (thread 0 draws, the block shares it).
 __device__ __forceinline__ int claim_item(int* counter, int* smem_slot) {
   if (threadIdx.x == 0) *smem_slot = atomicAdd(counter, 1);

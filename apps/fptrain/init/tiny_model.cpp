@@ -142,9 +142,13 @@ TinyModelSummary write_tiny_model(const std::filesystem::path& out, const TinyMo
     throw std::invalid_argument(out_dir.string() + ": exists and is not empty; choose a new folder");
 
   const int64_t vocab = options.vocab_size > 0 ? options.vocab_size : preset->llama32 ? 8192 : preset->vocab;
-  const auto tmp = out_dir.parent_path() / (out_dir.filename().string() + ".partial");
+  // Tokenizer and weights are assembled in a hidden staging folder that then
+  // replaces out_dir in one rename, as checkpoints are.
+  common::remove_stale_siblings(out_dir);
+  const auto tmp = common::staging_path(out_dir);
+  const auto tok_dir = tmp / "tokenizer";
   common::remove_tree(tmp);
-  std::filesystem::create_directories(tmp);
+  std::filesystem::create_directories(tok_dir);
 
   // Tokenizer first: its real vocabulary size (hard_vocab_limit is off) sizes the model.
   std::vector<std::string> corpus =
@@ -152,8 +156,8 @@ TinyModelSummary write_tiny_model(const std::filesystem::path& out, const TinyMo
   TokenizerBuildOptions tok;
   tok.vocab_size = vocab;
   tok.chat_template = kChatTemplate;
-  build_tokenizer(corpus, tmp, tok);
-  nlohmann::json tok_json = nlohmann::json::parse(std::ifstream(tmp / "tokenizer.json"));
+  build_tokenizer(corpus, tok_dir, tok);
+  nlohmann::json tok_json = nlohmann::json::parse(std::ifstream(tok_dir / "tokenizer.json"));
   const int64_t real_vocab = static_cast<int64_t>(tok_json["model"]["vocab"].size());
 
   nlohmann::json cfg = {
@@ -192,11 +196,12 @@ TinyModelSummary write_tiny_model(const std::filesystem::path& out, const TinyMo
   }
   const models::ModelConfig config = models::parse_model_config(cfg, "fptrain init (" + preset->name + ")");
   models::TensorMap params = models::init_parameters(config, options.seed, dtype);
-  // save_pretrained assembles its folder under a temporary name and renames it
-  // into place; the tokenizer files then move in beside the weights.
-  models::save_pretrained(out_dir, config, params, dtype);
-  for (const auto& entry : std::filesystem::directory_iterator(tmp))
-    std::filesystem::rename(entry.path(), out_dir / entry.path().filename());
+  const auto model_dir = tmp / "model";
+  models::save_pretrained(model_dir, config, params, dtype);
+  for (const auto& entry : std::filesystem::directory_iterator(tok_dir))
+    std::filesystem::rename(entry.path(), model_dir / entry.path().filename());
+  if (std::filesystem::exists(out_dir)) common::remove_tree(out_dir);  // empty (checked above)
+  common::replace_folder(model_dir, out_dir);
   common::remove_tree(tmp);
 
   TinyModelSummary s;
