@@ -1,5 +1,6 @@
 #include "common/json_input.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -16,7 +17,16 @@ Json parse_bounded(std::string_view text, const std::string& what, int max_depth
   try {
     return Json::parse(text.begin(), text.end());
   } catch (const nlohmann::json::exception& e) {
-    throw std::invalid_argument(what + ": invalid JSON: " + e.what());
+    // The parser quotes the token it stopped at, which may be a whole
+    // (megabytes long) string: keep the message readable.
+    std::string message = e.what();
+    constexpr size_t kMaxMessage = 300;
+    if (message.size() > kMaxMessage) {
+      size_t cut = kMaxMessage;
+      while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) --cut;
+      message = message.substr(0, cut) + "...";
+    }
+    throw std::invalid_argument(what + ": invalid JSON: " + message);
   }
 }
 
@@ -80,6 +90,21 @@ nlohmann::ordered_json read_ordered_json_file(const std::string& path, int max_d
 std::string json_excerpt(const nlohmann::json& value, size_t max_chars) { return excerpt(value, max_chars); }
 std::string json_excerpt(const nlohmann::ordered_json& value, size_t max_chars) {
   return excerpt(value, max_chars);
+}
+
+std::string cut_text(std::string_view text, size_t max_chars) {
+  if (text.size() <= max_chars) return std::string(text);
+  size_t cut = max_chars;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return std::string(text.substr(0, cut)) + "...";
+}
+
+std::string quoted_excerpt(std::string_view text, size_t max_chars) {
+  // Only a bounded prefix is quoted, so a huge string costs nothing.
+  const size_t take = std::min(text.size(), max_chars + 4);
+  std::string out = excerpt(nlohmann::json(std::string(text.substr(0, take))), max_chars + 2);
+  if (take < text.size() && out.size() >= 3 && out.compare(out.size() - 3, 3, "...") != 0) out += "...";
+  return out;
 }
 
 }  // namespace fptrain::common

@@ -28,6 +28,12 @@ nlohmann::ordered_json read_ordered_json_file(const std::string& path, int max_d
 // A value for an error message: its JSON text cut to `max_chars` ("..." added).
 std::string json_excerpt(const nlohmann::json& value, size_t max_chars = 80);
 std::string json_excerpt(const nlohmann::ordered_json& value, size_t max_chars = 80);
+// A string from a file for an error message: JSON-quoted (control characters
+// and invalid UTF-8 made visible) and cut to `max_chars` ("..." added).
+std::string quoted_excerpt(std::string_view text, size_t max_chars = 80);
+// `text` itself when it has at most `max_chars` bytes, else its first
+// max_chars bytes (whole UTF-8 characters) and "...".
+std::string cut_text(std::string_view text, size_t max_chars = 200);
 
 // Whether `text` nests arrays/objects deeper than `max_depth` (strings are skipped).
 bool json_nesting_exceeds(std::string_view text, int max_depth);

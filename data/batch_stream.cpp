@@ -17,7 +17,7 @@ std::string fingerprint_of(const DataOptions& o, const ExampleSource& src) {
   for (size_t f = 0; f < src.num_files(); ++f)
     s << src.file(f).path().filename().string() << '|' << src.file(f).file_size() << '|' << src.file(f).num_lines() << '|'
       << o.files[f].weight << '|' << common::enum_name(src.format(f)) << ';';
-  s << o.max_length << common::enum_name(o.overlong) << common::enum_name(src.chat_template()) << common::enum_name(o.loss_mask)
+  s << o.max_length << common::enum_name(o.overlong) << src.chat_template_label() << '|' << (src.chat_template() ? src.chat_template()->fingerprint() : 0) << '|'  << common::enum_name(o.loss_mask)
     << common::enum_name(o.batching) << o.examples_per_micro_batch << '|' << o.max_tokens << '|' << o.shuffle_window
     << '|' << o.shuffle << '|' << o.seed << '|' << o.world_size << '|' << o.micro_batches_per_step;
   uint64_t h = 1469598103934665603ull;  // FNV-1a
@@ -93,6 +93,7 @@ DataCursor BatchStream::cursor() const {
 
 std::shared_ptr<const ProcessedExample> BatchStream::next_example(bool account_it) {
   if (lookahead_.empty()) {
+    if (cancel_ && cancel_->load(std::memory_order_relaxed)) throw StreamCancelled();
     // Process the next block in parallel; slot i holds example position_ + i.
     const int64_t block = std::max<int64_t>(32, 64 * (pool_.threads() + 1));
     const size_t n = static_cast<size_t>(std::min<int64_t>(block, order_.size() - position_));

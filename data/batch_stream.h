@@ -4,8 +4,10 @@
 // producer thread.
 #pragma once
 
+#include <atomic>
 #include <deque>
 #include <exception>
+#include <stdexcept>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -39,9 +41,20 @@ struct TrainStep {
   DataCursor cursor;                 // resume here to continue after this step
 };
 
+// Thrown by BatchStream::next_step() once its cancel flag is set.
+class StreamCancelled : public std::runtime_error {
+ public:
+  StreamCancelled() : std::runtime_error("data stream cancelled") {}
+};
+
 class BatchStream {
  public:
   BatchStream(const DataOptions& options, const ExampleSource& source, WorkerPool& pool, int32_t pad_id);
+
+  // While `flag` (may be null) is set, next_step() throws StreamCancelled
+  // within one block of examples, so that an owner can stop a stream that is
+  // reading through a long run of skipped lines.
+  void set_cancel_flag(const std::atomic<bool>* flag) { cancel_ = flag; }
 
   // Continue after a saved cursor (before the first next_step()).
   void restore(const DataCursor& cursor);
@@ -92,6 +105,7 @@ class BatchStream {
   int64_t step_ = 0;
   DataStats stats_;
   bool epoch_produced_ = false;  // the current epoch has yielded a micro-batch
+  const std::atomic<bool>* cancel_ = nullptr;
 };
 
 }  // namespace fptrain::data

@@ -1,5 +1,7 @@
 #include "data/data_cursor.h"
 
+#include "common/json_input.h"
+
 #include <nlohmann/json.hpp>
 
 #include <stdexcept>
@@ -19,7 +21,7 @@ std::string DataCursor::to_json() const {
 
 DataCursor DataCursor::from_json(std::string_view text) {
   try {
-    const auto j = nlohmann::json::parse(text);
+    const auto j = common::parse_json(text, "data cursor");
     if (j.at("version").get<int>() != 1) throw std::runtime_error("unsupported version");
     DataCursor c;
     c.epoch = j.at("epoch").get<int64_t>();

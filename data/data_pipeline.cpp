@@ -2,6 +2,8 @@
 
 #include "data/pad_id.h"
 
+#include <chrono>
+
 namespace fptrain::data {
 
 DataPipeline::DataPipeline(DataOptions options, std::shared_ptr<const tokenizer::Tokenizer> tokenizer,
@@ -12,10 +14,12 @@ DataPipeline::DataPipeline(DataOptions options, std::shared_ptr<const tokenizer:
   pool_ = std::make_unique<WorkerPool>(options_.workers);
   pad_id_ = choose_pad_id(tokenizer_.get(), options_.pad_id);
   stream_ = std::make_unique<BatchStream>(options_, *source_, *pool_, pad_id_);
+  stream_->set_cancel_flag(&cancel_);
   if (resume) stream_->restore(*resume);
 }
 
 DataPipeline::~DataPipeline() {
+  cancel_ = true;  // a producer inside a long stretch of skipped lines stops at its next block
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
@@ -51,9 +55,19 @@ void DataPipeline::produce() {
 }
 
 std::optional<TrainStep> DataPipeline::next_step() {
+  return next_step([] { return false; });
+}
+
+std::optional<TrainStep> DataPipeline::next_step(const std::function<bool()>& interrupted) {
   if (!producer_.joinable()) producer_ = std::thread([this] { produce(); });
   std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait(lock, [&] { return !queue_.empty() || producer_done_; });
+  const auto ready = [&] { return !queue_.empty() || producer_done_; };
+  while (!changed_.wait_for(lock, std::chrono::milliseconds(100), ready)) {
+    if (interrupted()) {
+      cancel_ = true;
+      return std::nullopt;
+    }
+  }
   if (!queue_.empty()) {
     TrainStep step = std::move(queue_.front());
     queue_.pop_front();

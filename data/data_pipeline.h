@@ -14,7 +14,9 @@
 
 #include <condition_variable>
 #include <deque>
+#include <atomic>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -41,12 +43,17 @@ class DataPipeline {
   // The next optimizer step; nullopt after the last epoch. Rethrows errors
   // (bad lines under bad_lines: error, ...) in stream order.
   std::optional<TrainStep> next_step();
+  // The same, but while waiting `interrupted` is polled (every 100 ms): once it
+  // returns true the wait ends with nullopt and the producer is cancelled (the
+  // pipeline yields nothing more, and final_stats() is not available). A long
+  // run of skipped lines then no longer delays a stop request to the epoch's end.
+  std::optional<TrainStep> next_step(const std::function<bool()>& interrupted);
 
   const DataOptions& options() const { return options_; }
   // Micro-batches each rank runs per optimizer step (the last step of an
   // epoch may have fewer).
   int64_t micro_batches_per_step() const { return options_.micro_batches_per_step; }
-  ChatTemplateKind chat_template() const { return source_->chat_template(); }
+  std::string chat_template_label() const { return source_->chat_template_label(); }
   int32_t pad_id() const { return pad_id_; }
   const ExampleSource& source() const { return *source_; }
   // The accounting of everything read; complete once next_step() returned nullopt
@@ -70,6 +77,7 @@ class DataPipeline {
   std::exception_ptr error_;
   bool producer_done_ = false;
   bool stop_ = false;
+  std::atomic<bool> cancel_{false};  // the stream gives up at its next block
 };
 
 }  // namespace fptrain::data

@@ -76,7 +76,7 @@ DataReport make_data_report(const DataOptions& options, std::shared_ptr<const to
   }());
   ExampleSource source(o, tokenizer.get());
   DataReport rep;
-  rep.chat_template = common::enum_name(source.chat_template());
+  rep.chat_template = source.chat_template_label();
   for (size_t f = 0; f < source.num_files(); ++f)
     rep.files.push_back({source.file(f).path().string(), common::enum_name(source.format(f)),
                          static_cast<int64_t>(source.file(f).num_lines()), o.files[f].weight});

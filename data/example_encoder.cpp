@@ -30,32 +30,15 @@ std::string alpaca_prompt(const std::string& instruction, const std::string& inp
   return p + "### Response:\n";
 }
 
-ExampleEncoder::ExampleEncoder(const tokenizer::Tokenizer* tokenizer, ChatTemplateKind chat_template, ChatLossMask loss_mask)
-    : tok_(tokenizer), template_(chat_template), loss_mask_(loss_mask) {
-  if (template_ == ChatTemplateKind::kAuto)
-    throw std::logic_error("ExampleEncoder: resolve the chat template first");
-  if (tok_ && template_ != ChatTemplateKind::kNone) {
-    // Every control token of the template must be one token of this tokenizer
-    // or be plain text for it; a template whose BOS/EOS the tokenizer lacks is
-    // a configuration error worth stopping for.
-    const char* needed[] = {nullptr, nullptr};
-    switch (template_) {
-      case ChatTemplateKind::kLlama3: needed[0] = "<|eot_id|>"; needed[1] = "<|start_header_id|>"; break;
-      case ChatTemplateKind::kLlama2:
-      case ChatTemplateKind::kMistral: needed[0] = "</s>"; break;
-      case ChatTemplateKind::kGranite3: needed[0] = "<|end_of_text|>"; needed[1] = "<|start_of_role|>"; break;
-      default: break;
-    }
-    for (const char* t : needed)
-      if (t && !tok_->token_to_id(t))
-        throw std::runtime_error(std::string("chat template '") + common::enum_name(template_) +
-                                 "' needs the token " + t + ", which the tokenizer does not have; set "
-                                 "data.chat_template to the model's convention");
+ExampleEncoder::ExampleEncoder(const tokenizer::Tokenizer* tokenizer,
+                               std::shared_ptr<const ChatTemplate> chat_template, ChatLossMask loss_mask)
+    : tok_(tokenizer), template_(std::move(chat_template)), loss_mask_(loss_mask) {
+  if (tok_ && template_) {
     use_anchors_ = check_turn_by_turn();
     if (!use_anchors_)
-      spdlog::warn("data: the tokenizer does not split the {} template's control tokens like Hugging Face "
-                   "tokenizers do; encoding whole conversations instead (slower)",
-                   common::enum_name(template_));
+      spdlog::warn("data: the tokenizer does not split the special tokens of chat template {} like Hugging "
+                   "Face tokenizers do; encoding whole conversations instead (slower)",
+                   template_->label());
   }
 }
 
@@ -64,17 +47,32 @@ std::optional<int32_t> ExampleEncoder::anchor_id(const TextPiece& piece) const {
   return tok_->token_to_id(piece.text);
 }
 
+// Tokenizing a rendered conversation piece by piece, split at special tokens,
+// gives the whole text's ids with Hugging Face tokenizers; checked once on
+// probe conversations (the first one the template accepts).
 bool ExampleEncoder::check_turn_by_turn() const {
-  const std::vector<Message> probe = {
-      {"system", " Be brief.\n", false},
-      {"user", "Hi there!  What's 2+2? <|eot_id|> café 東京 \xF0\x9F\x98\x80\r\n", false},
-      {"assistant", "\n 4.\tDone  ", true},
-      {"user", "x", false},
-      {"assistant", "   ", true}};
-  const auto pieces = render_chat(template_, probe);
-  const auto turn_by_turn = encode_pieces(pieces).input_ids;
-  const auto whole = tok_->encode(join_pieces(pieces), false);
-  return turn_by_turn == whole;
+  auto message = [](const char* role, const char* content, bool supervised) {
+    Message m{role, content, supervised, nlohmann::ordered_json()};
+    return m;
+  };
+  const std::vector<std::vector<Message>> probes = {
+      {message("system", " Be brief.\n", false),
+       message("user", "Hi there!  What's 2+2? <|eot_id|> caf\xC3\xA9 \xE6\x9D\xB1\xE4\xBA\xAC \xF0\x9F\x98\x80\r\n", false),
+       message("assistant", "\n 4.\tDone  ", true), message("user", "x", false), message("assistant", "   ", true)},
+      {message("user", "Hi there!  What's 2+2? caf\xC3\xA9\r\n", false), message("assistant", "\n 4.\tDone  ", true)}};
+  for (const auto& probe : probes) {
+    RawExample ex;
+    ex.format = ExampleFormat::kMessages;
+    ex.messages = probe;
+    std::vector<TextPiece> pieces;
+    try {
+      pieces = template_->render(ex, /*supervise_all=*/false);
+    } catch (const BadLine&) {
+      continue;  // the template refuses this shape of conversation
+    }
+    return encode_pieces(pieces).input_ids == tok_->encode(join_pieces(pieces), false);
+  }
+  return false;
 }
 
 EncodedExample ExampleEncoder::encode_pieces(const std::vector<TextPiece>& pieces) const {
@@ -143,26 +141,35 @@ EncodedExample ExampleEncoder::encode_plain(const std::string& prompt, const std
 }
 
 std::vector<TextPiece> ExampleEncoder::render(const RawExample& ex) const {
-  if (template_ == ChatTemplateKind::kNone)
+  if (!template_)
     throw std::runtime_error("chat examples need a chat template: set data.chat_template (llama3, llama2, "
-                             "mistral, granite3) or use a tokenizer whose tokenizer_config.json has one");
+                             "mistral, granite3) or use a tokenizer that has one (tokenizer_config.json's "
+                             "chat_template or chat_template.jinja)");
   if (ex.format == ExampleFormat::kMessages) {
-    std::vector<Message> messages = ex.messages;
-    apply_loss_mask(messages, loss_mask_);
-    return render_chat(template_, messages, loss_mask_ == ChatLossMask::kAll);
+    RawExample masked = ex;
+    apply_loss_mask(masked.messages, loss_mask_);
+    return template_->render(masked, loss_mask_ == ChatLossMask::kAll);
   }
-  return render_chat(template_, ex.messages);  // turns flagged by the parser
+  return template_->render(ex, /*supervise_all=*/false);  // turns flagged by the parser
+}
+
+bool ExampleEncoder::uses_chat_template(const RawExample& ex) const {
+  switch (ex.format) {
+    case ExampleFormat::kMessages: return true;
+    case ExampleFormat::kPromptCompletion: return !ex.messages.empty();
+    case ExampleFormat::kAlpaca: return template_ != nullptr;
+    default: return false;
+  }
 }
 
 EncodedExample ExampleEncoder::encode(const RawExample& ex) const {
+  if (uses_chat_template(ex)) return encode_pieces(render(ex));
   switch (ex.format) {
     case ExampleFormat::kMessages:
-      return encode_pieces(render(ex));
+      break;
     case ExampleFormat::kPromptCompletion:
-      if (!ex.messages.empty()) return encode_pieces(render(ex));
       return encode_plain(ex.prompt, ex.completion);
     case ExampleFormat::kAlpaca:
-      if (template_ != ChatTemplateKind::kNone) return encode_pieces(render(ex));
       return encode_plain(alpaca_prompt(ex.prompt, ex.text), ex.completion);
     case ExampleFormat::kText:
       return encode_plain("", ex.text);

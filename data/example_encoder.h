@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "data/chat_template.h"
@@ -28,12 +29,16 @@ struct EncodedExample {
 
 class ExampleEncoder {
  public:
-  // `tokenizer` may be null when every file is pre-tokenized. `chat_template`
-  // must be resolved (not kAuto).
-  ExampleEncoder(const tokenizer::Tokenizer* tokenizer, ChatTemplateKind chat_template, ChatLossMask loss_mask);
+  // `tokenizer` may be null when every file is pre-tokenized; `chat_template`
+  // is null when there is none (ChatTemplate::resolve).
+  ExampleEncoder(const tokenizer::Tokenizer* tokenizer, std::shared_ptr<const ChatTemplate> chat_template,
+                 ChatLossMask loss_mask);
 
   // Throws BadLine for an example that cannot be encoded.
   EncodedExample encode(const RawExample& example) const;
+  // Whether encode() renders this example with the chat template (messages;
+  // conversational prompt/completion; alpaca when there is a template).
+  bool uses_chat_template(const RawExample& example) const;
 
   // The rendered pieces of a chat-style example (messages; alpaca with a template).
   std::vector<TextPiece> render(const RawExample& example) const;
@@ -50,7 +55,7 @@ class ExampleEncoder {
   bool check_turn_by_turn() const;
 
   const tokenizer::Tokenizer* tok_;
-  ChatTemplateKind template_;
+  std::shared_ptr<const ChatTemplate> template_;
   ChatLossMask loss_mask_;
   bool use_anchors_ = true;
 };

@@ -5,12 +5,15 @@
 #include <algorithm>
 #include <limits>
 
+#include "common/json_input.h"
 #include "data/utf8_check.h"
 
 namespace fptrain::data {
 namespace {
 
-using nlohmann::json;
+// Key order is kept: the chat template sees messages as the line wrote them
+// (tojson of a tool call prints its keys in that order).
+using json = nlohmann::ordered_json;
 
 const char* json_type(const json& v) { return v.type_name(); }
 
@@ -59,24 +62,38 @@ std::vector<Message> parse_messages(const json& list, const char* key) {
     auto role = m.find(role_key);
     auto content = m.find(content_key);
     if (role == m.end()) throw BadLine(SkipReason::kMissingField, where + ": missing field 'role'");
-    if (content == m.end())
-      throw BadLine(SkipReason::kMissingField, where + ": missing field '" + content_key + "'");
     if (!role->is_string())
       throw BadLine(SkipReason::kWrongType,
                     where + "." + role_key + " must be a string, got " + json_type(*role));
-    if (!content->is_string())
+    // Content is text; an assistant message that only calls tools may have none
+    // (null or absent), and content may be a list of blocks (the template reads them).
+    const bool calls_tools = m.contains("tool_calls") && !m["tool_calls"].is_null();
+    if ((content == m.end() || content->is_null()) && !calls_tools)
+      throw BadLine(SkipReason::kMissingField, where + ": missing field '" + content_key + "'");
+    if (content != m.end() && !content->is_null() && !content->is_string() && !(content->is_array() && !sharegpt))
       throw BadLine(SkipReason::kWrongType,
                     where + "." + content_key + " must be a string, got " + json_type(*content));
-    Message msg{role->get<std::string>(), content->get<std::string>(), false};
+    Message msg{role->get<std::string>(), "", false, json()};
+    if (content != m.end() && content->is_string()) msg.content = content->get<std::string>();
+    if (content != m.end() && content->is_array())
+      for (const json& block : *content)
+        if (block.is_object() && block.contains("text") && block["text"].is_string())
+          msg.content += block["text"].get<std::string>();
     if (sharegpt) {
       const char* mapped = sharegpt_role(msg.role);
       if (!mapped)
         throw BadLine(SkipReason::kInvalidValue,
-                      where + ".from '" + msg.role + "' is not one of system, human, gpt");
+                      where + ".from '" + common::cut_text(msg.role, 80) + "' is not one of system, human, gpt");
       msg.role = mapped;
-    } else if (msg.role != "system" && msg.role != "user" && msg.role != "assistant") {
-      throw BadLine(SkipReason::kInvalidValue,
-                    where + ".role '" + msg.role + "' is not one of system, user, assistant");
+      msg.fields = json{{"role", msg.role}, {"content", msg.content}};
+    } else {
+      static const char* const kRoles[] = {"system", "user", "assistant", "tool", "ipython", "function", "developer"};
+      if (std::find_if(std::begin(kRoles), std::end(kRoles), [&](const char* r) { return msg.role == r; }) ==
+          std::end(kRoles))
+        throw BadLine(SkipReason::kInvalidValue,
+                      where + ".role '" + common::cut_text(msg.role, 80) +
+                          "' is not one of system, user, assistant, tool, ipython, function, developer");
+      msg.fields = m;
     }
     out.push_back(std::move(msg));
   }
@@ -95,6 +112,9 @@ std::vector<int32_t> parse_ids(const json& list, const char* key, bool allow_ign
     if (!v.is_number_integer())
       throw BadLine(SkipReason::kWrongType, std::string(key) + "[" + std::to_string(i) +
                                                 "] must be an integer, got " + json_type(v));
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int32_t>::max()))
+      throw BadLine(SkipReason::kInvalidValue, std::string(key) + "[" + std::to_string(i) + "] = " +
+                                                   std::to_string(v.get<uint64_t>()) + " is out of range");
     const int64_t x = v.get<int64_t>();
     const bool ok = (x >= 0 && x <= std::numeric_limits<int32_t>::max()) || (allow_ignore && x == -100);
     if (!ok)
@@ -117,6 +137,7 @@ ExampleFormat format_of_object(const json& obj) {
 }  // namespace
 
 ExampleFormat format_of_keys(std::string_view line) {
+  if (common::json_nesting_exceeds(line, common::kMaxJsonDepth)) return ExampleFormat::kAuto;
   json obj = json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (!obj.is_object()) return ExampleFormat::kAuto;
   return format_of_object(obj);
@@ -138,13 +159,18 @@ RawExample parse_example(std::string_view line, ExampleFormat format) {
   const size_t bad = find_invalid_utf8(line);
   if (bad != std::string_view::npos)
     throw BadLine(SkipReason::kInvalidUtf8, "invalid UTF-8 at byte " + std::to_string(bad));
+  // Nesting is bounded first: a line nested 100000 deep is a bad line, not a stack overflow.
+  if (common::json_nesting_exceeds(line, common::kMaxJsonDepth))
+    throw BadLine(SkipReason::kMalformedJson,
+                  "malformed JSON: nested deeper than " + std::to_string(common::kMaxJsonDepth) + " levels");
   json obj = json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (obj.is_discarded()) {
-    // Parse again for the parser's own description of the problem.
+    // Parse again for the parser's own description of the problem (which
+    // quotes the token it stopped at: cut, it may be a whole long string).
     try {
       const json again = json::parse(line);
-    } catch (const json::parse_error& e) {
-      throw BadLine(SkipReason::kMalformedJson, std::string("malformed JSON: ") + e.what());
+    } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
+      throw BadLine(SkipReason::kMalformedJson, "malformed JSON: " + common::cut_text(e.what(), 300));
     }
     throw BadLine(SkipReason::kMalformedJson, "malformed JSON");
   }
@@ -159,6 +185,15 @@ RawExample parse_example(std::string_view line, ExampleFormat format) {
         ex.messages = parse_messages(field(obj, "conversations"), "conversations");
       else
         ex.messages = parse_messages(field(obj, "messages"), "messages");
+      // Tool schemas and documents go to the chat template as transformers passes them.
+      for (const char* key : {"tools", "documents"}) {
+        auto it = obj.find(key);
+        if (it == obj.end() || it->is_null()) continue;
+        if (!it->is_array())
+          throw BadLine(SkipReason::kWrongType,
+                        std::string("field '") + key + "' must be a list, got " + json_type(*it));
+        (std::string(key) == "tools" ? ex.tools : ex.documents) = *it;
+      }
       break;
     case ExampleFormat::kPromptCompletion: {
       const json& prompt = field(obj, "prompt");

@@ -8,20 +8,21 @@
 namespace fptrain::data {
 
 ExampleSource::ExampleSource(const DataOptions& options, const tokenizer::Tokenizer* tokenizer) : options_(options) {
-  template_ = resolve_chat_template(options.chat_template, options.tokenizer_dir);
+  template_ = ChatTemplate::resolve(options.chat_template, options.tokenizer_dir, tokenizer);
   bool needs_tokenizer = false;
   for (const DataFile& f : options.files) {
     files_.push_back(std::make_unique<JsonlFile>(f.path));
     const ExampleFormat format = f.format == ExampleFormat::kAuto ? detect_format(*files_.back()) : f.format;
     formats_.push_back(format);
     needs_tokenizer |= format != ExampleFormat::kTokens;
-    if (format == ExampleFormat::kMessages && template_ == ChatTemplateKind::kNone)
+    if (format == ExampleFormat::kMessages && !template_)
       throw std::runtime_error(f.path.string() + ": 'messages' examples need a chat template; set "
                                "data.chat_template (llama3, llama2, mistral, granite3)" +
                                (options.tokenizer_dir.empty()
                                     ? std::string()
-                                    : " or give the tokenizer a chat_template fptrain recognizes (" +
-                                          (options.tokenizer_dir / "tokenizer_config.json").string() + ")"));
+                                    : " or give the tokenizer one (" +
+                                          (options.tokenizer_dir / "tokenizer_config.json").string() +
+                                          "'s chat_template, or chat_template.jinja)"));
   }
   if (needs_tokenizer && !tokenizer)
     throw std::invalid_argument("data: text examples need a tokenizer (only 'tokens' files work without)");
@@ -38,13 +39,14 @@ std::string ExampleSource::where(uint32_t file, int64_t line) const {
   return files_[file]->path().string() + ":" + std::to_string(line);
 }
 
-ProcessedExample ExampleSource::process(ExampleRef ref) const {
+ProcessedExample ExampleSource::process(ExampleRef ref, bool keep_rejected) const {
   ProcessedExample out;
   out.file = ref.file();
   const JsonlFile& file = *files_[out.file];
   out.line = file.line_number(ref.line());
   try {
     const RawExample raw = parse_example(file.read_line(ref.line()), formats_[out.file]);
+    out.chat_template = encoder_->uses_chat_template(raw);
     EncodedExample enc = encoder_->encode(raw);
     out.input_ids = std::move(enc.input_ids);
     out.labels = std::move(enc.labels);
@@ -61,8 +63,12 @@ ProcessedExample ExampleSource::process(ExampleRef ref) const {
     if (options_.overlong == OverlongPolicy::kDrop) {
       out.status = ExampleStatus::kDropped;
       out.problem = std::to_string(out.length()) + " tokens > max_length " + std::to_string(options_.max_length);
-      out.input_ids.clear();
-      out.labels.clear();
+      if (keep_rejected) {
+        for (int32_t l : out.labels) out.supervised += l != kIgnoreLabel;
+      } else {
+        out.input_ids.clear();
+        out.labels.clear();
+      }
       return out;
     }
     out.status = ExampleStatus::kTruncated;
@@ -76,8 +82,10 @@ ProcessedExample ExampleSource::process(ExampleRef ref) const {
     out.problem = out.original_length > out.length() ? "no supervised token left after truncation to " +
                                                            std::to_string(options_.max_length) + " tokens"
                                                      : "no supervised token";
-    out.input_ids.clear();
-    out.labels.clear();
+    if (!keep_rejected) {
+      out.input_ids.clear();
+      out.labels.clear();
+    }
   }
   return out;
 }

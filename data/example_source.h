@@ -29,6 +29,7 @@ struct ProcessedExample {
   std::vector<int32_t> labels;
   int64_t supervised = 0;       // labels != kIgnoreLabel
   int64_t original_length = 0;  // before truncation
+  bool chat_template = false;   // rendered with the chat template (see ExampleEncoder::uses_chat_template)
   int64_t length() const { return static_cast<int64_t>(input_ids.size()); }
   bool trained() const { return status == ExampleStatus::kUsed || status == ExampleStatus::kTruncated; }
 };
@@ -47,10 +48,15 @@ class ExampleSource {
   const JsonlFile& file(size_t i) const { return *files_[i]; }
   ExampleFormat format(size_t i) const { return formats_[i]; }
   std::vector<uint64_t> lines_per_file() const;
-  ChatTemplateKind chat_template() const { return template_; }
+  // The chat template's name ("llama3", "<dir>/tokenizer_config.json", ...) or "none".
+  std::string chat_template_label() const { return template_ ? template_->label() : "none"; }
+  const ChatTemplate* chat_template() const { return template_.get(); }
   const ExampleEncoder& encoder() const { return *encoder_; }
 
-  ProcessedExample process(ExampleRef ref) const;
+  // With keep_rejected, a dropped or zero-supervised example keeps its ids and
+  // labels (dropped: all of them; zero-supervised: after truncation) for
+  // inspection; training never asks for them.
+  ProcessedExample process(ExampleRef ref, bool keep_rejected = false) const;
   // "path:line" of an example, for messages.
   std::string where(uint32_t file, int64_t line) const;
 
@@ -58,7 +64,7 @@ class ExampleSource {
   const DataOptions& options_;
   std::vector<std::unique_ptr<JsonlFile>> files_;
   std::vector<ExampleFormat> formats_;
-  ChatTemplateKind template_ = ChatTemplateKind::kNone;
+  std::shared_ptr<const ChatTemplate> template_;
   std::unique_ptr<ExampleEncoder> encoder_;
 };
 

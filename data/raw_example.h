@@ -7,20 +7,26 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "data/data_options.h"
 
 namespace fptrain::data {
 
 struct Message {
-  std::string role;  // system, user or assistant
-  std::string content;
+  std::string role;  // system, user, assistant, tool, ...
+  std::string content;  // the text (empty when the message has none, e.g. only tool_calls)
   // Whether this turn is trained on (chat loss mask; assistant turns only).
   bool supervised = false;
+  // The message object as the line gave it (tool_calls, name, ...), passed to
+  // the chat template as is; null for messages the parser built.
+  nlohmann::ordered_json fields;
 };
 
 struct RawExample {
   ExampleFormat format = ExampleFormat::kAuto;
   std::vector<Message> messages;   // messages; alpaca and conversational prompt/completion with a template
+  nlohmann::ordered_json tools, documents;  // messages: the line's "tools" / "documents" (null when absent)
   std::string prompt, completion;  // prompt_completion; alpaca: instruction, output
   std::string text;                // text; alpaca: input
   std::vector<int32_t> input_ids;  // tokens

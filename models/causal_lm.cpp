@@ -96,9 +96,10 @@ at::Tensor CausalLM::bias(const std::string& name, bool present) const {
   return present ? weight(name) : at::Tensor();
 }
 
-// The boundaries for every attention call of one forward pass. A host copy is
-// validated once here; the reference backend needs one and gets it with one
-// copy per forward pass, not one per layer.
+// The boundaries for every attention call of one forward pass. This is where
+// they are validated, once per forward (the host copy the batch carries; the
+// reference backend needs one and gets it with one copy per forward, not one
+// per layer); the attention calls then skip their own check.
 attention::VarlenSpec CausalLM::attention_spec(const PackedInput& in) const {
   attention::VarlenSpec spec;
   spec.cu_seqlens = in.cu_seqlens;
@@ -115,6 +116,7 @@ attention::VarlenSpec CausalLM::attention_spec(const PackedInput& in) const {
   }
   if (spec.cu_seqlens_cpu.defined()) {
     attention::validate_cu_seqlens(spec.cu_seqlens_cpu, in.input_ids.size(0), in.max_seqlen);
+    spec.boundaries_validated = true;
   }
   return spec;
 }

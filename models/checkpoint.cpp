@@ -6,6 +6,7 @@
 #include "models/safetensors.h"
 
 #include "common/files.h"
+#include "common/json_input.h"
 
 #include <c10/core/Event.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -47,7 +48,7 @@ std::string config_summary(const ModelConfig& c) {
 // Lists names (at most `limit` of them, then a count).
 std::string name_list(const std::vector<std::string>& names, size_t limit = 20) {
   std::string s;
-  for (size_t i = 0; i < names.size() && i < limit; ++i) s += (i ? ", " : "") + names[i];
+  for (size_t i = 0; i < names.size() && i < limit; ++i) s += (i ? ", " : "") + common::cut_text(names[i]);
   if (names.size() > limit) s += ", ... (" + std::to_string(names.size()) + " in all)";
   return s;
 }
@@ -66,7 +67,7 @@ OpenCheckpoint open_checkpoint(const fs::path& dir) {
     for (const auto& e : f->entries()) {
       auto [it, inserted] = ck.tensors.emplace(e.name, std::make_pair(f, &e));
       if (!inserted)
-        throw std::runtime_error(path.string() + ": tensor '" + e.name + "' is also in " +
+        throw std::runtime_error(path.string() + ": tensor '" + common::cut_text(e.name) + "' is also in " +
                                  it->second.first->path().string());
     }
     return f;
@@ -77,10 +78,9 @@ OpenCheckpoint open_checkpoint(const fs::path& dir) {
     const std::string where = index_path.string();
     json index;
     try {
-      std::ifstream in(index_path);
-      index = json::parse(in);
-    } catch (const json::parse_error& e) {
-      throw std::runtime_error(where + ": invalid JSON: " + e.what());
+      index = common::read_json_file(where);
+    } catch (const std::invalid_argument& e) {
+      throw std::runtime_error(e.what());  // "<file>: invalid JSON: ..." or "<file>: cannot open"
     }
     if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
       throw std::runtime_error(where + ": key 'weight_map' is missing or not an object");
@@ -88,23 +88,26 @@ OpenCheckpoint open_checkpoint(const fs::path& dir) {
     std::map<std::string, std::vector<std::string>> shards;
     for (const auto& [name, shard] : index["weight_map"].items()) {
       if (!shard.is_string())
-        throw std::runtime_error(where + ": weight_map['" + name + "'] is not a file name");
+        throw std::runtime_error(where + ": weight_map[" + common::quoted_excerpt(name) + "] = " +
+                                 common::json_excerpt(shard) + " is not a file name");
       const std::string file = shard.get<std::string>();
-      if (file.empty() || fs::path(file).filename().string() != file)
-        throw std::runtime_error(where + ": weight_map['" + name + "'] = '" + file +
-                                 "' is not a plain file name in the checkpoint folder");
+      if (file.empty() || file == "." || file == ".." || fs::path(file).filename().string() != file)
+        throw std::runtime_error(where + ": weight_map[" + common::quoted_excerpt(name) + "] = " +
+                                 common::quoted_excerpt(file) + " is not a plain file name in the checkpoint folder");
       shards[file].push_back(name);
     }
     for (const auto& [file, names] : shards) {
       const fs::path path = dir / file;
-      if (!fs::exists(path))
-        throw std::runtime_error(where + ": shard '" + file + "' is missing (it should hold " +
-                                 std::to_string(names.size()) + " tensors, e.g. '" + names.front() + "')");
+      std::error_code ec;
+      if (!fs::exists(path, ec))
+        throw std::runtime_error(where + ": shard '" + common::cut_text(file) + "' is missing (it should hold " +
+                                 std::to_string(names.size()) + " tensors, e.g. '" + common::cut_text(names.front()) +
+                                 "')");
       const SafetensorsFile* f = add_file(path);
       for (const std::string& name : names)
         if (!f->find(name))
-          throw std::runtime_error(where + ": maps tensor '" + name + "' to shard '" + file +
-                                   "', which does not contain it");
+          throw std::runtime_error(where + ": maps tensor '" + common::cut_text(name) + "' to shard '" +
+                                   common::cut_text(file) + "', which does not contain it");
     }
     return ck;
   }

@@ -3,6 +3,8 @@
 #include "models/model_dtype.h"
 #include "models/parameter_layout.h"
 
+#include "common/json_input.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <stdexcept>
@@ -18,7 +20,7 @@ double initializer_range(const ModelConfig& config) {
   const auto& raw = config.raw;
   if (!raw.is_object() || !raw.contains("initializer_range") || raw["initializer_range"].is_null()) return 0.02;
   if (!raw["initializer_range"].is_number())
-    throw std::runtime_error("config key 'initializer_range' (value " + raw["initializer_range"].dump() +
+    throw std::runtime_error("config key 'initializer_range' (value " + common::json_excerpt(raw["initializer_range"]) +
                              "): expected a number");
   const double std = raw["initializer_range"].get<double>();
   return std > 0 ? std : 0.02;  // transformers: `initializer_range or 0.02`

@@ -8,7 +8,10 @@
 
 #include "models/parameter_layout.h"
 
+#include "common/json_input.h"
+
 #include <cmath>
+#include <limits>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -28,17 +31,26 @@ class KeyReader {
 
   [[noreturn]] void fail(const std::string& key, const std::string& problem) const {
     std::string msg = source_ + ": key '" + prefix_ + key + "'";
-    if (obj_.contains(key)) msg += " (value " + obj_.at(key).dump() + ")";
+    if (obj_.contains(key)) msg += " (value " + common::json_excerpt(obj_.at(key)) + ")";
     throw std::runtime_error(msg + ": " + problem);
   }
 
   int64_t integer(const std::string& key) const {
     if (!has(key)) fail(key, "required key is missing");
     const json& v = obj_.at(key);
+    if (v.is_number_unsigned()) {
+      if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        fail(key, "integer out of range");
+      return v.get<int64_t>();
+    }
     if (v.is_number_integer()) return v.get<int64_t>();
     // transformers accepts 4096.0 where it means 4096; nothing else.
-    if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>())
-      return static_cast<int64_t>(v.get<double>());
+    if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()) {
+      const double d = v.get<double>();
+      // [-2^63, 2^63): the doubles that convert to int64 without overflow.
+      if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0)) fail(key, "integer out of range");
+      return static_cast<int64_t>(d);
+    }
     fail(key, "expected an integer");
   }
   int64_t integer(const std::string& key, int64_t fallback) const {
@@ -88,7 +100,9 @@ class KeyReader {
     if (!v.is_array()) return {integer(key)};
     std::vector<int64_t> out;
     for (const json& item : v) {
-      if (!item.is_number_integer()) fail(key, "expected an integer or a list of integers");
+      if (!item.is_number_integer() ||
+          (item.is_number_unsigned() && item.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())))
+        fail(key, "expected an integer or a list of integers");
       out.push_back(item.get<int64_t>());
     }
     return out;
@@ -198,7 +212,7 @@ RopeConfig parse_rope(const json& doc, const KeyReader& top, int64_t max_positio
     if (!(rope.high_freq_factor > rope.low_freq_factor))
       keys.fail("high_freq_factor", "must be greater than low_freq_factor");
   } else {
-    keys.fail(type_key, "unsupported RoPE type '" + type + "'; supported: default, linear, llama3");
+    keys.fail(type_key, "unsupported RoPE type; supported: default, linear, llama3");
   }
   return rope;
 }
@@ -294,13 +308,15 @@ ModelConfig parse_model_config(const json& doc, const std::string& source) {
 }
 
 ModelConfig load_model_config(const std::filesystem::path& config_json) {
-  std::ifstream in(config_json);
+  std::ifstream in(config_json, std::ios::binary);
   if (!in) throw std::runtime_error(config_json.string() + ": cannot open the model config");
+  std::ostringstream text;
+  text << in.rdbuf();
   json doc;
   try {
-    doc = json::parse(in);
-  } catch (const json::parse_error& e) {
-    throw std::runtime_error(config_json.string() + ": invalid JSON: " + e.what());
+    doc = common::parse_json(text.str(), config_json.string());
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(e.what());  // "<file>: invalid JSON: ..."
   }
   return parse_model_config(doc, config_json.string());
 }

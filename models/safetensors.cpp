@@ -2,6 +2,7 @@
 #include "models/safetensors.h"
 
 #include "common/files.h"
+#include "common/json_input.h"
 
 #include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
@@ -42,11 +43,18 @@ constexpr DtypeName kDtypes[] = {
 
 using common::errno_text;
 
-std::string shape_text(const std::vector<int64_t>& shape) {
+// Dimensions as read from the file (unsigned: a corrupt 2^64-1 prints as such).
+std::string shape_text(const std::vector<uint64_t>& shape) {
   std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i == 16) return s + ", ... (" + std::to_string(shape.size()) + " dimensions)]";
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  }
   return s + "]";
 }
+
+// A name from the header for a message, quoted and cut if absurdly long.
+std::string quoted_name(const std::string& name) { return "'" + common::cut_text(name) + "'"; }
 
 std::string range_text(uint64_t begin, uint64_t end) {
   return "[" + std::to_string(begin) + ", " + std::to_string(end) + "]";
@@ -121,10 +129,10 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path
 
   json header;
   try {
-    header = json::parse(reinterpret_cast<const char*>(bytes + 8),
-                         reinterpret_cast<const char*>(bytes + 8 + header_len));
-  } catch (const json::parse_error& e) {
-    fail(std::string("the header is not valid JSON: ") + e.what());
+    header = common::parse_json(std::string_view(reinterpret_cast<const char*>(bytes + 8), header_len),
+                                file + ": header");
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(e.what());  // "<file>: header: invalid JSON: ..."
   }
   if (!header.is_object()) fail("the header is not a JSON object");
 
@@ -133,12 +141,12 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path
       if (value.is_null()) continue;
       if (!value.is_object()) fail("__metadata__ is not an object");
       for (const auto& [k, v] : value.items()) {
-        if (!v.is_string()) fail("__metadata__ value for '" + k + "' is not a string");
+        if (!v.is_string()) fail("__metadata__ value for " + quoted_name(k) + " is not a string");
         metadata_[k] = v.get<std::string>();
       }
       continue;
     }
-    const std::string where = "tensor '" + name + "': ";
+    const std::string where = "tensor " + quoted_name(name) + ": ";
     if (!value.is_object()) fail(where + "entry is not an object");
     SafetensorsEntry e;
     e.name = name;
@@ -148,29 +156,43 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path
     try {
       e.dtype = safetensors_dtype(e.dtype_name);
     } catch (const std::invalid_argument&) {
-      fail(where + "unknown dtype '" + e.dtype_name + "'");
+      fail(where + "unknown dtype " + quoted_name(e.dtype_name));
     }
 
     if (!value.contains("shape") || !value["shape"].is_array()) fail(where + "missing or non-list 'shape'");
-    // Count elements in 128 bits so absurd shapes cannot wrap around.
-    unsigned __int128 numel = 1;
+    // Dimensions are read unsigned and elements counted in 128 bits, so an
+    // absurd shape is reported as it is written instead of wrapping around.
+    std::vector<uint64_t> dims;
     for (const json& d : value["shape"]) {
-      if (!d.is_number_unsigned()) fail(where + "shape " + value["shape"].dump() + " has a non-integer or negative size");
-      e.shape.push_back(d.get<int64_t>());
-      numel *= d.get<uint64_t>();
-      if (numel > (static_cast<unsigned __int128>(1) << 64)) fail(where + "shape " + shape_text(e.shape) + " is absurdly large");
+      if (!d.is_number_unsigned())
+        fail(where + "shape " + common::json_excerpt(value["shape"]) + " has a non-integer or negative size");
+      dims.push_back(d.get<uint64_t>());
     }
+    const auto kMaxDim = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+    for (uint64_t d : dims)
+      if (d > kMaxDim) fail(where + "shape " + shape_text(dims) + " has a dimension above 2^63-1");
+    const bool empty = std::find(dims.begin(), dims.end(), uint64_t{0}) != dims.end();
+    unsigned __int128 numel = empty ? 0 : 1;
+    for (size_t i = 0; !empty && i < dims.size(); ++i) {
+      numel *= dims[i];  // < 2^64 * 2^63 before the check: no 128-bit overflow
+      if (numel > std::numeric_limits<uint64_t>::max())
+        fail(where + "shape " + shape_text(dims) + ": the element count overflows 64 bits (corrupt shape)");
+    }
+    for (uint64_t d : dims) e.shape.push_back(static_cast<int64_t>(d));
 
     const json& offs = value.contains("data_offsets") ? value["data_offsets"] : json();
     if (!offs.is_array() || offs.size() != 2 || !offs[0].is_number_unsigned() || !offs[1].is_number_unsigned())
-      fail(where + "'data_offsets' must be two non-negative integers, got " + offs.dump());
+      fail(where + "'data_offsets' must be two non-negative integers, got " + common::json_excerpt(offs));
     e.begin = offs[0].get<uint64_t>();
     e.end = offs[1].get<uint64_t>();
     if (e.end < e.begin) fail(where + "data_offsets " + range_text(e.begin, e.end) + " end before they begin");
 
     const unsigned __int128 need = numel * c10::elementSize(e.dtype);
+    if (need > std::numeric_limits<uint64_t>::max())
+      fail(where + "shape " + shape_text(dims) + " of " + e.dtype_name +
+           ": the byte size overflows 64 bits (corrupt shape)");
     if (need != e.num_bytes())
-      fail(where + "shape " + shape_text(e.shape) + " of " + e.dtype_name + " needs " +
+      fail(where + "shape " + shape_text(dims) + " of " + e.dtype_name + " needs " +
            std::to_string(static_cast<uint64_t>(need)) + " bytes but data_offsets " + range_text(e.begin, e.end) +
            " span " + std::to_string(e.num_bytes()) + " (dtype or shape does not match the data)");
     if (e.end > data_size)
@@ -186,8 +208,8 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path
   for (const auto& e : entries_) {
     if (e.num_bytes() == 0) continue;  // empty tensors occupy no bytes
     if (prev && e.begin < prev->end)
-      fail("tensors '" + prev->name + "' " + range_text(prev->begin, prev->end) + " and '" + e.name + "' " +
-           range_text(e.begin, e.end) + " have overlapping data_offsets");
+      fail("tensors " + quoted_name(prev->name) + " " + range_text(prev->begin, prev->end) + " and " +
+           quoted_name(e.name) + " " + range_text(e.begin, e.end) + " have overlapping data_offsets");
     prev = &e;
   }
   for (size_t i = 0; i < entries_.size(); ++i) index_[entries_[i].name] = i;

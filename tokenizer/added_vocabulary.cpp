@@ -185,6 +185,13 @@ const AddedToken* AddedVocabulary::find(int32_t id) const {
   return it == by_id_.end() ? nullptr : &tokens_[it->second];
 }
 
+std::vector<std::string> AddedVocabulary::special_contents() const {
+  std::vector<std::string> out;
+  for (const auto& t : tokens_)
+    if (t.special) out.push_back(t.content);
+  return out;
+}
+
 const std::string* AddedVocabulary::decoded_form(int32_t id) const {
   auto it = by_id_.find(id);
   return it == by_id_.end() ? nullptr : &match_forms_[it->second];

@@ -54,6 +54,8 @@ class AddedVocabulary {
   bool empty() const { return tokens_.empty(); }
   std::optional<int32_t> token_to_id(std::string_view content) const;
   const AddedToken* find(int32_t id) const;
+  // The content of every token marked special.
+  std::vector<std::string> special_contents() const;
   // What decode shows for the token: its normalized form when it is matched
   // normalized (tokenizers' simple_id_to_token), else its content.
   const std::string* decoded_form(int32_t id) const;

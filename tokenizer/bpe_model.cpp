@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "common/json_input.h"
 #include "tokenizer/metaspace_words.h"
 #include "tokenizer/unicode.h"
 #include "tokenizer/word_cache.h"
@@ -64,8 +65,8 @@ BpeModel::BpeModel(std::vector<std::string> vocab, const std::vector<std::pair<s
     const auto& [left, right] = merges[rank];
     const int32_t a = ids_.find(left), b = ids_.find(right), merged = ids_.find(left + right);
     if (a < 0 || b < 0 || merged < 0) {
-      throw std::runtime_error(file + ": merge " + std::to_string(rank) + " ('" + left + "', '" + right +
-                               "') uses a token missing from the vocabulary");
+      throw std::runtime_error(file + ": merge " + std::to_string(rank) + " ('" + common::cut_text(left) + "', '" +
+                               common::cut_text(right) + "') uses a token missing from the vocabulary");
     }
     const uint64_t key = pair_key(a, b);
     size_t i = mix(key) & merge_mask_;
@@ -116,7 +117,8 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& ids) cons
       }
       if (!done && options_.unk_token) {
         if (unk_id_ < 0) {
-          throw std::runtime_error("BPE unk_token '" + *options_.unk_token + "' is not in the vocabulary");
+          throw std::runtime_error("BPE unk_token '" + common::cut_text(*options_.unk_token) +
+                                   "' is not in the vocabulary");
         }
         if (pending_unk_len && !options_.fuse_unk) {
           push(unk_id_, pending_unk_len);

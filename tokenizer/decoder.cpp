@@ -6,6 +6,7 @@
 
 #include "tokenizer/byte_level.h"
 #include "tokenizer/regex.h"
+#include "common/json_input.h"
 #include "tokenizer/tokenizer_json_util.h"
 #include "tokenizer/unicode.h"
 
@@ -214,36 +215,37 @@ class StripDecoder : public Decoder {
 
 }  // namespace
 
-std::unique_ptr<Decoder> make_decoder(const nlohmann::json& spec, const std::string& file) {
+std::unique_ptr<Decoder> make_decoder(const JsonNode& spec) {
   if (spec.is_null()) return nullptr;
-  const std::string type = json_type(spec, file, "decoder");
+  const std::string type = spec.type();
   if (type == "Sequence") {
     std::vector<std::unique_ptr<Decoder>> steps;
-    for (const auto& step : json_field(spec, "decoders", file, "decoder Sequence")) {
-      if (auto d = make_decoder(step, file)) steps.push_back(std::move(d));
+    for (const JsonNode& step : spec.required("decoders").elements()) {
+      if (auto d = make_decoder(step)) steps.push_back(std::move(d));
     }
     return std::make_unique<SequenceDecoder>(std::move(steps));
   }
   if (type == "ByteLevel") return std::make_unique<ByteLevelDecoder>();
   if (type == "Metaspace") {
     bool prepends = true;
-    if (spec.contains("prepend_scheme")) prepends = spec["prepend_scheme"].get<std::string>() != "never";
-    else if (spec.contains("add_prefix_space")) prepends = spec["add_prefix_space"].get<bool>();
-    return std::make_unique<MetaspaceDecoder>(spec.value("replacement", std::string("\xE2\x96\x81")), prepends);
+    if (spec.has("prepend_scheme")) prepends = spec["prepend_scheme"].string() != "never";
+    else prepends = spec.boolean_or("add_prefix_space", true);
+    return std::make_unique<MetaspaceDecoder>(spec.string_or("replacement", "\xE2\x96\x81"), prepends);
   }
   if (type == "Replace") {
-    return std::make_unique<ReplaceDecoder>(json_pattern(spec, file, "decoder Replace"),
-                                            json_string(spec, "content", file, "decoder Replace"));
+    return std::make_unique<ReplaceDecoder>(spec.pattern(), spec.required("content").string());
   }
   if (type == "ByteFallback") return std::make_unique<ByteFallbackDecoder>();
   if (type == "Fuse") return std::make_unique<FuseDecoder>();
   if (type == "Strip") {
-    const std::string content = json_string(spec, "content", file, "decoder Strip");
+    const std::string content = spec.required("content").string();
     size_t i = 0;
     const uint32_t cp = content.empty() ? 0 : unicode::next_code_point(content, i);
-    return std::make_unique<StripDecoder>(cp, spec.value("start", size_t{0}), spec.value("stop", size_t{0}));
+    const JsonNode start = spec["start"], stop = spec["stop"];
+    return std::make_unique<StripDecoder>(cp, start.is_null() ? 0 : start.unsigned_integer(),
+                                          stop.is_null() ? 0 : stop.unsigned_integer());
   }
-  throw std::runtime_error(file + ": unsupported decoder type '" + type + "'");
+  throw std::runtime_error(spec.file() + ": unsupported decoder type '" + common::cut_text(type) + "'");
 }
 
 }  // namespace fptrain::tokenizer

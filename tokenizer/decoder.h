@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
-
 namespace fptrain::tokenizer {
+
+class JsonNode;
 
 class Decoder {
  public:
@@ -18,6 +18,6 @@ class Decoder {
 };
 
 // Builds the decoder described by `spec` (null gives nullptr).
-std::unique_ptr<Decoder> make_decoder(const nlohmann::json& spec, const std::string& file);
+std::unique_ptr<Decoder> make_decoder(const JsonNode& spec);
 
 }  // namespace fptrain::tokenizer

@@ -3,7 +3,11 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <limits>
 #include <stdexcept>
+
+#include "common/json_input.h"
 
 #include "tokenizer/bpe_model.h"
 #include "tokenizer/special_tokens.h"
@@ -22,7 +26,7 @@ TransformersClass classify(const std::optional<std::string>& cls, const std::str
   if (*cls == "LlamaTokenizer" || *cls == "LlamaTokenizerFast") return TransformersClass::kLlama;
   if (*cls == "GPT2Tokenizer" || *cls == "GPT2TokenizerFast") return TransformersClass::kGpt2;
   spdlog::warn("{}: tokenizer_class '{}' is tokenized as tokenizer.json describes; transformers' class may differ",
-               file, *cls);
+               file, common::cut_text(*cls));
   return TransformersClass::kFileAsIs;
 }
 
@@ -32,48 +36,61 @@ struct BpeSpec {
   BpeOptions options;
 };
 
-BpeSpec read_bpe(const nlohmann::json& model, const std::string& file) {
-  const std::string type = model.value("type", std::string("BPE"));
-  if (type != "BPE") throw std::runtime_error(file + ": unsupported model type '" + type + "' (only BPE)");
-  if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"].get<double>() != 0.0) {
-    throw std::runtime_error(file + ": BPE dropout is not supported (it makes tokenization random)");
-  }
+// Ids are stored in a vector indexed by id, so a corrupt id would allocate
+// without bound: ids must stay below a limit derived from the file's size,
+// twice its number of tokens (vocab entries plus added tokens) plus 1024, which
+// leaves room for the gaps real vocabularies have.
+int64_t id_limit(const JsonNode& doc) {
+  const JsonNode vocab = doc["model"]["vocab"];
+  const JsonNode added = doc["added_tokens"];
+  const int64_t entries = static_cast<int64_t>(vocab.is_object() ? vocab.json().size() : 0) +
+                          static_cast<int64_t>(added.is_array() ? added.json().size() : 0);
+  return std::min<int64_t>(2 * entries + 1024, std::numeric_limits<int32_t>::max());
+}
+
+std::string id_limit_reason(int64_t limit) {
+  return " (ids above " + std::to_string(limit - 1) +
+         ", twice the file's number of tokens plus 1024, mean a corrupt file)";
+}
+
+BpeSpec read_bpe(const JsonNode& model, int64_t id_limit) {
+  const std::string type = model.string_or("type", "BPE");
+  if (type != "BPE") model["type"].fail("unsupported model type '" + common::cut_text(type) + "' (only BPE)");
+  const JsonNode dropout = model["dropout"];
+  if (!dropout.is_null() && dropout.number() != 0.0)
+    dropout.fail("BPE dropout is not supported (it makes tokenization random)");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-    if (model.contains(key) && model[key].is_string() && !model[key].get<std::string>().empty()) {
-      throw std::runtime_error(file + ": BPE " + key + " is not supported");
-    }
+    if (!model.string_or(key, "").empty()) model[key].fail(std::string("BPE ") + key + " is not supported");
   }
   BpeSpec spec;
-  const auto& vocab = json_field(model, "vocab", file, "model");
-  if (!vocab.is_object()) throw std::runtime_error(file + ": model \"vocab\" must be an object");
-  for (const auto& [token, id_json] : vocab.items()) {
-    const auto id = id_json.get<int64_t>();
-    if (id < 0 || id > (int64_t{1} << 30)) throw std::runtime_error(file + ": bad id for token '" + token + "'");
+  const JsonNode vocab = model.required("vocab");
+  for (const auto& [token, id_node] : vocab.entries()) {
+    const int64_t id = id_node.integer_in(0, id_limit - 1, id_limit_reason(id_limit));
     if (static_cast<size_t>(id) >= spec.vocab.size()) spec.vocab.resize(id + 1);
     spec.vocab[id] = token;
   }
-  const auto& merges = json_field(model, "merges", file, "model");
-  spec.merges.reserve(merges.size());
-  for (const auto& m : merges) {
+  const JsonNode merges = model.required("merges");
+  const std::vector<JsonNode> merge_list = merges.elements();
+  spec.merges.reserve(merge_list.size());
+  for (const JsonNode& m : merge_list) {
     if (m.is_string()) {  // "left right"
-      const std::string s = m.get<std::string>();
+      const std::string s = m.string();
       const size_t space = s.find(' ');
       if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) {
-        throw std::runtime_error(file + ": merge '" + s + "' is not two tokens separated by one space");
+        m.fail("merge '" + common::cut_text(s) + "' is not two tokens separated by one space");
       }
       spec.merges.emplace_back(s.substr(0, space), s.substr(space + 1));
-    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {  // ["left", "right"]
-      spec.merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
+    } else if (m.is_array() && m.json().size() == 2 && m.json()[0].is_string() && m.json()[1].is_string()) {
+      spec.merges.emplace_back(m.json()[0].get<std::string>(), m.json()[1].get<std::string>());  // ["left", "right"]
     } else {
-      throw std::runtime_error(file + ": merge " + m.dump() + " is neither \"a b\" nor [\"a\", \"b\"]");
+      m.fail("merge " + common::json_excerpt(m.json()) + " is neither \"a b\" nor [\"a\", \"b\"]");
     }
   }
-  if (model.contains("unk_token") && model["unk_token"].is_string()) {
-    spec.options.unk_token = model["unk_token"].get<std::string>();
-  }
-  spec.options.fuse_unk = model.value("fuse_unk", false);
-  spec.options.byte_fallback = model.value("byte_fallback", false);
-  spec.options.ignore_merges = model.value("ignore_merges", false);
+  const JsonNode unk = model["unk_token"];
+  if (unk.is_string()) spec.options.unk_token = unk.string();
+  spec.options.fuse_unk = model.boolean_or("fuse_unk", false);
+  spec.options.byte_fallback = model.boolean_or("byte_fallback", false);
+  spec.options.ignore_merges = model.boolean_or("ignore_merges", false);
   return spec;
 }
 
@@ -82,16 +99,18 @@ BpeSpec read_bpe(const nlohmann::json& model, const std::string& file) {
 std::unique_ptr<Tokenizer> load_hf_tokenizer_json(const std::filesystem::path& path, const TokenizerConfig& config) {
   const std::string file = path.string();
   const nlohmann::json j = read_json_file(file);
-  if (!j.is_object()) throw std::runtime_error(file + ": expected a JSON object");
+  const JsonNode doc(j, file);
+  if (!doc.is_object()) doc.fail("expected a JSON object");
   const TransformersClass cls = classify(config.tokenizer_class, file);
+  const int64_t limit = id_limit(doc);
 
-  BpeSpec bpe = read_bpe(json_field(j, "model", file, "tokenizer"), file);
+  BpeSpec bpe = read_bpe(doc.required("model"), limit);
   TokenizerParts parts;
   switch (cls) {
     case TransformersClass::kFileAsIs:
-      parts.normalizer = make_normalizer(j.value("normalizer", nlohmann::json()), file);
-      parts.pre_tokenizer = make_pre_tokenizer(j.value("pre_tokenizer", nlohmann::json()), file);
-      parts.decoder = make_decoder(j.value("decoder", nlohmann::json()), file);
+      parts.normalizer = make_normalizer(doc["normalizer"]);
+      parts.pre_tokenizer = make_pre_tokenizer(doc["pre_tokenizer"]);
+      parts.decoder = make_decoder(doc["decoder"]);
       break;
     case TransformersClass::kLlama: {
       // LlamaTokenizer.__init__: byte-fallback BPE, Metaspace, no normalizer.
@@ -99,31 +118,33 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer_json(const std::filesystem::path& p
       use_llama_metaspace_pipeline(parts, config, file);
       break;
     }
-    case TransformersClass::kGpt2:
+    case TransformersClass::kGpt2: {
       // GPT2Tokenizer.__init__: plain BPE, ByteLevel with GPT-2's regex, no normalizer.
       bpe.options = BpeOptions{};
-      parts.pre_tokenizer = make_pre_tokenizer(
-          {{"type", "ByteLevel"}, {"add_prefix_space", config.add_prefix_space.value_or(false)}, {"use_regex", true}},
-          file);
-      parts.decoder = make_decoder({{"type", "ByteLevel"}}, file);
+      const nlohmann::json pre = {
+          {"type", "ByteLevel"}, {"add_prefix_space", config.add_prefix_space.value_or(false)}, {"use_regex", true}};
+      const nlohmann::json decoder = {{"type", "ByteLevel"}};
+      parts.pre_tokenizer = make_pre_tokenizer(JsonNode(pre, file, "(GPT2Tokenizer pre_tokenizer)"));
+      parts.decoder = make_decoder(JsonNode(decoder, file, "(GPT2Tokenizer decoder)"));
       break;
+    }
   }
-  parts.post_processor = make_post_processor(j.value("post_processor", nlohmann::json()), file);
+  parts.post_processor = make_post_processor(doc["post_processor"]);
   parts.model = std::make_unique<BpeModel>(std::move(bpe.vocab), bpe.merges, bpe.options, file);
 
   // A rebuilt pipeline gets the file's added tokens only when
   // tokenizer_config.json has no added_tokens_decoder (transformers' rule).
   const bool use_file_tokens = cls == TransformersClass::kFileAsIs || !config.has_added_tokens_decoder;
-  if (use_file_tokens && j.contains("added_tokens") && j["added_tokens"].is_array()) {
-    for (const auto& t : j["added_tokens"]) {
+  if (use_file_tokens && doc["added_tokens"].is_array()) {
+    for (const JsonNode& t : doc["added_tokens"].elements()) {
       AddedToken token;
-      token.id = json_field(t, "id", file, "added_tokens entry").get<int32_t>();
-      token.content = json_string(t, "content", file, "added_tokens entry");
-      token.special = t.value("special", false);
-      token.lstrip = t.value("lstrip", false);
-      token.rstrip = t.value("rstrip", false);
-      token.single_word = t.value("single_word", false);
-      token.normalized = t.value("normalized", !token.special);
+      token.id = static_cast<int32_t>(t.required("id").integer_in(0, limit - 1, id_limit_reason(limit)));
+      token.content = t.required("content").string();
+      token.special = t.boolean_or("special", false);
+      token.lstrip = t.boolean_or("lstrip", false);
+      token.rstrip = t.boolean_or("rstrip", false);
+      token.single_word = t.boolean_or("single_word", false);
+      token.normalized = t.boolean_or("normalized", !token.special);
       parts.added.add(token, parts.normalizer.get());
     }
   }

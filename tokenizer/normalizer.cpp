@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "common/json_input.h"
 #include "tokenizer/regex.h"
 #include "tokenizer/tokenizer_json_util.h"
 #include "tokenizer/unicode.h"
@@ -92,25 +93,24 @@ class StripNormalizer : public Normalizer {
 
 }  // namespace
 
-std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& spec, const std::string& file) {
+std::unique_ptr<Normalizer> make_normalizer(const JsonNode& spec) {
   if (spec.is_null()) return nullptr;
-  const std::string type = json_type(spec, file, "normalizer");
+  const std::string type = spec.type();
   if (type == "Sequence") {
     std::vector<std::unique_ptr<Normalizer>> steps;
-    for (const auto& step : json_field(spec, "normalizers", file, "normalizer Sequence")) {
-      if (auto n = make_normalizer(step, file)) steps.push_back(std::move(n));
+    for (const JsonNode& step : spec.required("normalizers").elements()) {
+      if (auto n = make_normalizer(step)) steps.push_back(std::move(n));
     }
     return std::make_unique<SequenceNormalizer>(std::move(steps));
   }
-  if (type == "Prepend") return std::make_unique<PrependNormalizer>(json_string(spec, "prepend", file, "Prepend"));
+  if (type == "Prepend") return std::make_unique<PrependNormalizer>(spec.required("prepend").string());
   if (type == "Replace") {
-    return std::make_unique<ReplaceNormalizer>(json_pattern(spec, file, "normalizer Replace"),
-                                               json_string(spec, "content", file, "Replace"));
+    return std::make_unique<ReplaceNormalizer>(spec.pattern(), spec.required("content").string());
   }
   if (type == "Strip") {
-    return std::make_unique<StripNormalizer>(spec.value("strip_left", true), spec.value("strip_right", true));
+    return std::make_unique<StripNormalizer>(spec.boolean_or("strip_left", true), spec.boolean_or("strip_right", true));
   }
-  throw std::runtime_error(file + ": unsupported normalizer type '" + type + "'");
+  throw std::runtime_error(spec.file() + ": unsupported normalizer type '" + common::cut_text(type) + "'");
 }
 
 }  // namespace fptrain::tokenizer

@@ -5,9 +5,9 @@
 #include <memory>
 #include <string>
 
-#include <nlohmann/json_fwd.hpp>
-
 namespace fptrain::tokenizer {
+
+class JsonNode;
 
 class Normalizer {
  public:
@@ -15,8 +15,8 @@ class Normalizer {
   virtual void normalize(std::string& text) const = 0;
 };
 
-// Builds the normalizer described by `spec` (null gives nullptr). `file` names
-// the tokenizer file in errors, e.g. for an unsupported "type".
-std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& spec, const std::string& file);
+// Builds the normalizer described by `spec` (null gives nullptr). Errors name
+// the tokenizer file and the key path, e.g. for an unsupported "type".
+std::unique_ptr<Normalizer> make_normalizer(const JsonNode& spec);
 
 }  // namespace fptrain::tokenizer

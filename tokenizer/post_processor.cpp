@@ -2,8 +2,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <limits>
 #include <stdexcept>
 
+#include "common/json_input.h"
 #include "tokenizer/tokenizer_json_util.h"
 
 namespace fptrain::tokenizer {
@@ -40,32 +42,32 @@ class SequenceProcessor : public PostProcessor {
 };
 
 // TemplateProcessing's "single" template: [SpecialToken..., Sequence A, SpecialToken...].
-std::unique_ptr<PostProcessor> make_template(const nlohmann::json& spec, const std::string& file) {
-  const auto& single = json_field(spec, "single", file, "post_processor TemplateProcessing");
-  const auto& specials = json_field(spec, "special_tokens", file, "post_processor TemplateProcessing");
+std::unique_ptr<PostProcessor> make_template(const JsonNode& spec) {
+  const JsonNode single = spec.required("single");
+  const JsonNode specials = spec.required("special_tokens");
   std::vector<int32_t> prefix, suffix;
   bool seen_sequence = false;
-  for (const auto& piece : single) {
-    if (piece.contains("Sequence")) {
-      if (piece["Sequence"].value("id", std::string("A")) != "A" || seen_sequence) {
-        throw std::runtime_error(file + ": TemplateProcessing single template must hold sequence A once");
+  for (const JsonNode& piece : single.elements()) {
+    if (piece.has("Sequence")) {
+      if (piece["Sequence"].string_or("id", "A") != "A" || seen_sequence) {
+        piece.fail("the TemplateProcessing single template must hold sequence A once");
       }
       seen_sequence = true;
-    } else if (piece.contains("SpecialToken")) {
-      const std::string name = json_string(piece["SpecialToken"], "id", file, "TemplateProcessing SpecialToken");
-      if (!specials.contains(name)) {
-        throw std::runtime_error(file + ": TemplateProcessing uses special token '" + name +
-                                 "' missing from special_tokens");
+    } else if (piece.has("SpecialToken")) {
+      const std::string name = piece["SpecialToken"].required("id").string();
+      const JsonNode special = specials.entry(name);
+      if (special.is_null()) {
+        piece.fail("TemplateProcessing uses special token " + common::quoted_excerpt(name) +
+                   " missing from special_tokens");
       }
       auto& target = seen_sequence ? suffix : prefix;
-      for (const auto& id : json_field(specials[name], "ids", file, "TemplateProcessing special token " + name)) {
-        target.push_back(id.get<int32_t>());
-      }
+      for (const JsonNode& id : special.required("ids").elements())
+        target.push_back(static_cast<int32_t>(id.integer_in(0, std::numeric_limits<int32_t>::max())));
     } else {
-      throw std::runtime_error(file + ": TemplateProcessing has an unknown template piece " + piece.dump());
+      piece.fail("TemplateProcessing has an unknown template piece " + common::json_excerpt(piece.json()));
     }
   }
-  if (!seen_sequence) throw std::runtime_error(file + ": TemplateProcessing single template lacks $A");
+  if (!seen_sequence) single.fail("the TemplateProcessing single template lacks $A");
   return std::make_unique<TemplateProcessor>(std::move(prefix), std::move(suffix));
 }
 
@@ -75,19 +77,19 @@ std::unique_ptr<PostProcessor> make_template_processor(std::vector<int32_t> pref
   return std::make_unique<TemplateProcessor>(std::move(prefix), std::move(suffix));
 }
 
-std::unique_ptr<PostProcessor> make_post_processor(const nlohmann::json& spec, const std::string& file) {
+std::unique_ptr<PostProcessor> make_post_processor(const JsonNode& spec) {
   if (spec.is_null()) return nullptr;
-  const std::string type = json_type(spec, file, "post_processor");
-  if (type == "TemplateProcessing") return make_template(spec, file);
+  const std::string type = spec.type();
+  if (type == "TemplateProcessing") return make_template(spec);
   if (type == "ByteLevel") return std::make_unique<IdentityProcessor>();
   if (type == "Sequence") {
     std::vector<std::unique_ptr<PostProcessor>> steps;
-    for (const auto& step : json_field(spec, "processors", file, "post_processor Sequence")) {
-      if (auto p = make_post_processor(step, file)) steps.push_back(std::move(p));
+    for (const JsonNode& step : spec.required("processors").elements()) {
+      if (auto p = make_post_processor(step)) steps.push_back(std::move(p));
     }
     return std::make_unique<SequenceProcessor>(std::move(steps));
   }
-  throw std::runtime_error(file + ": unsupported post_processor type '" + type + "'");
+  throw std::runtime_error(spec.file() + ": unsupported post_processor type '" + common::cut_text(type) + "'");
 }
 
 }  // namespace fptrain::tokenizer

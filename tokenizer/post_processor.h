@@ -10,9 +10,9 @@
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
-
 namespace fptrain::tokenizer {
+
+class JsonNode;
 
 class PostProcessor {
  public:
@@ -22,7 +22,7 @@ class PostProcessor {
 };
 
 // Builds the post-processor described by `spec` (null gives nullptr).
-std::unique_ptr<PostProcessor> make_post_processor(const nlohmann::json& spec, const std::string& file);
+std::unique_ptr<PostProcessor> make_post_processor(const JsonNode& spec);
 
 // TemplateProcessing for a single sequence: `prefix` ids, the sequence, `suffix` ids.
 std::unique_ptr<PostProcessor> make_template_processor(std::vector<int32_t> prefix, std::vector<int32_t> suffix);

@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 
+#include "common/json_input.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/regex.h"
 #include "tokenizer/tokenizer_json_util.h"
@@ -15,16 +16,16 @@ namespace {
 // tokenizers' SplitDelimiterBehavior.
 enum class Behavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
 
-Behavior parse_behavior(const nlohmann::json& spec, const std::string& file, const std::string& component,
-                        Behavior fallback) {
-  if (!spec.contains("behavior")) return fallback;
-  const std::string b = spec["behavior"].is_string() ? spec["behavior"].get<std::string>() : "";
+Behavior parse_behavior(const JsonNode& spec, Behavior fallback) {
+  const JsonNode behavior = spec["behavior"];
+  if (behavior.is_null()) return fallback;
+  const std::string b = behavior.string();
   if (b == "Removed") return Behavior::kRemoved;
   if (b == "Isolated") return Behavior::kIsolated;
   if (b == "MergedWithPrevious") return Behavior::kMergedWithPrevious;
   if (b == "MergedWithNext") return Behavior::kMergedWithNext;
   if (b == "Contiguous") return Behavior::kContiguous;
-  throw std::runtime_error(file + ": " + component + " has unknown behavior '" + spec["behavior"].dump() + "'");
+  behavior.fail("unknown behavior " + common::quoted_excerpt(b));
 }
 
 // A span of a piece and whether the split pattern matched it; the spans cover
@@ -287,51 +288,49 @@ class PunctuationPreTokenizer : public PreTokenizer {
 
 }  // namespace
 
-std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& spec, const std::string& file) {
+std::unique_ptr<PreTokenizer> make_pre_tokenizer(const JsonNode& spec) {
   if (spec.is_null()) return nullptr;
-  const std::string type = json_type(spec, file, "pre_tokenizer");
+  const std::string type = spec.type();
   if (type == "Sequence") {
     std::vector<std::unique_ptr<PreTokenizer>> steps;
-    for (const auto& step : json_field(spec, "pretokenizers", file, "pre_tokenizer Sequence")) {
-      if (auto p = make_pre_tokenizer(step, file)) steps.push_back(std::move(p));
+    for (const JsonNode& step : spec.required("pretokenizers").elements()) {
+      if (auto p = make_pre_tokenizer(step)) steps.push_back(std::move(p));
     }
     return std::make_unique<SequencePreTokenizer>(std::move(steps));
   }
   if (type == "Split") {
-    return std::make_unique<SplitPreTokenizer>(json_pattern(spec, file, "pre_tokenizer Split"),
-                                               parse_behavior(spec, file, "pre_tokenizer Split", Behavior::kIsolated),
-                                               spec.value("invert", false));
+    return std::make_unique<SplitPreTokenizer>(spec.pattern(), parse_behavior(spec, Behavior::kIsolated),
+                                               spec.boolean_or("invert", false));
   }
   if (type == "ByteLevel") {
-    return std::make_unique<ByteLevelPreTokenizer>(spec.value("add_prefix_space", true),
-                                                   spec.value("use_regex", true));
+    return std::make_unique<ByteLevelPreTokenizer>(spec.boolean_or("add_prefix_space", true),
+                                                   spec.boolean_or("use_regex", true));
   }
   if (type == "Metaspace") {
-    std::string replacement = spec.value("replacement", std::string("\xE2\x96\x81"));
+    const std::string replacement = spec.string_or("replacement", "\xE2\x96\x81");
     if (replacement.empty() || unicode::sequence_length(static_cast<unsigned char>(replacement[0])) !=
                                    replacement.size()) {
-      throw std::runtime_error(file + ": Metaspace replacement must be one character");
+      spec["replacement"].fail("the Metaspace replacement must be one character");
     }
     PrependScheme scheme = PrependScheme::kAlways;
-    if (spec.contains("prepend_scheme")) {
-      const std::string s = spec["prepend_scheme"].get<std::string>();
+    if (spec.has("prepend_scheme")) {
+      const std::string s = spec["prepend_scheme"].string();
       if (s == "always") scheme = PrependScheme::kAlways;
       else if (s == "first") scheme = PrependScheme::kFirst;
       else if (s == "never") scheme = PrependScheme::kNever;
-      else throw std::runtime_error(file + ": Metaspace has unknown prepend_scheme '" + s + "'");
-    } else if (spec.contains("add_prefix_space") && !spec["add_prefix_space"].get<bool>()) {
+      else spec["prepend_scheme"].fail("unknown Metaspace prepend_scheme " + common::quoted_excerpt(s));
+    } else if (!spec.boolean_or("add_prefix_space", true)) {
       scheme = PrependScheme::kNever;  // the older serialization
     }
-    return std::make_unique<MetaspacePreTokenizer>(replacement, scheme, spec.value("split", true));
+    return std::make_unique<MetaspacePreTokenizer>(replacement, scheme, spec.boolean_or("split", true));
   }
-  if (type == "Digits") return std::make_unique<DigitsPreTokenizer>(spec.value("individual_digits", false));
+  if (type == "Digits") return std::make_unique<DigitsPreTokenizer>(spec.boolean_or("individual_digits", false));
   if (type == "Whitespace") return std::make_unique<WhitespacePreTokenizer>();
   if (type == "WhitespaceSplit") return std::make_unique<WhitespaceSplitPreTokenizer>();
   if (type == "Punctuation") {
-    return std::make_unique<PunctuationPreTokenizer>(
-        parse_behavior(spec, file, "pre_tokenizer Punctuation", Behavior::kIsolated));
+    return std::make_unique<PunctuationPreTokenizer>(parse_behavior(spec, Behavior::kIsolated));
   }
-  throw std::runtime_error(file + ": unsupported pre_tokenizer type '" + type + "'");
+  throw std::runtime_error(spec.file() + ": unsupported pre_tokenizer type '" + common::cut_text(type) + "'");
 }
 
 }  // namespace fptrain::tokenizer

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
-
 namespace fptrain::tokenizer {
+
+class JsonNode;
 
 struct PreToken {
   std::string text;
@@ -26,6 +26,6 @@ class PreTokenizer {
 };
 
 // Builds the pre-tokenizer described by `spec` (null gives nullptr).
-std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& spec, const std::string& file);
+std::unique_ptr<PreTokenizer> make_pre_tokenizer(const JsonNode& spec);
 
 }  // namespace fptrain::tokenizer

@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 
+#include "common/json_input.h"
 #include "tokenizer/unicode.h"
 
 namespace fptrain::tokenizer {
@@ -93,7 +94,8 @@ Regex::Regex(const std::string& pattern, bool literal) : pattern_(pattern) {
   if (!code) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof(message));
-    throw std::invalid_argument("invalid regex '" + pattern + "' at offset " + std::to_string(error_offset) + ": " +
+    throw std::invalid_argument("invalid regex '" + common::cut_text(pattern) + "' at offset " +
+                                std::to_string(error_offset) + ": " +
                                 reinterpret_cast<const char*>(message));
   }
   jit_ = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
@@ -112,7 +114,8 @@ bool Regex::search(std::string_view s, size_t from, size_t& begin, size_t& end) 
   if (rc < 0) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(rc, message, sizeof(message));
-    throw std::runtime_error("regex '" + pattern_ + "' failed: " + reinterpret_cast<const char*>(message));
+    throw std::runtime_error("regex '" + common::cut_text(pattern_) + "' failed: " +
+                             reinterpret_cast<const char*>(message));
   }
   const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(tls.match_data);
   begin = ovector[0];

@@ -46,16 +46,26 @@ void for_each_field(const std::string& buf, size_t begin, size_t end, const std:
     const auto field = static_cast<uint32_t>(tag >> 3);
     const auto wire = static_cast<uint32_t>(tag & 7);
     size_t payload = pos;
+    // Every length is checked against the bytes left before it is used, so a
+    // corrupt length can neither wrap `pos` around nor make us copy past `end`.
+    auto skip = [&](uint64_t length) {
+      if (pos > end || length > end - pos)
+        throw std::runtime_error(file + ": corrupt SentencePiece model: field " + std::to_string(field) + " at byte " +
+                                 std::to_string(field_begin) + " has length " + std::to_string(length) +
+                                 " but its message has " + std::to_string(pos > end ? 0 : end - pos) +
+                                 " bytes left (truncated or not a tokenizer.model)");
+      pos += static_cast<size_t>(length);
+    };
     switch (wire) {
       case 0: read_varint(buf, pos, file); break;
-      case 1: pos += 8; break;
+      case 1: skip(8); break;
       case 2: {
         const uint64_t len = read_varint(buf, pos, file);
         payload = pos;
-        pos += len;
+        skip(len);
         break;
       }
-      case 5: pos += 4; break;
+      case 5: skip(4); break;
       default: throw std::runtime_error(file + ": corrupt SentencePiece model (wire type " + std::to_string(wire) + ")");
     }
     if (pos > end) throw std::runtime_error(file + ": truncated SentencePiece model");

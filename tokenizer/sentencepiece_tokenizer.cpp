@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "common/json_input.h"
 #include "tokenizer/bpe_model.h"
 #include "tokenizer/sentencepiece_model.h"
 #include "tokenizer/unicode.h"
@@ -62,7 +63,7 @@ std::unique_ptr<Tokenizer> load_sentencepiece_tokenizer(const std::filesystem::p
                                                         const TokenizerConfig& config_in, SentencePieceEngine engine) {
   const std::string file = model_file.string();
   if (!is_llama_class(config_in.tokenizer_class)) {
-    throw std::runtime_error(file + ": tokenizer_class '" + *config_in.tokenizer_class +
+    throw std::runtime_error(file + ": tokenizer_class '" + common::cut_text(*config_in.tokenizer_class) +
                              "' is not supported with a tokenizer.model (supported: LlamaTokenizer, as used by "
                              "Llama 2 and Mistral); provide a tokenizer.json instead");
   }

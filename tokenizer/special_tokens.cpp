@@ -29,6 +29,12 @@ void apply_config_tokens(const TokenizerConfig& config, TokenizerParts& parts, c
   parts.eos_id = named(config.eos_token);
   named(config.unk_token);
   parts.pad_id = named(config.pad_token);
+  const std::pair<const char*, const std::optional<AddedToken>*> names[] = {
+      {"bos_token", &config.bos_token}, {"eos_token", &config.eos_token},
+      {"unk_token", &config.unk_token}, {"pad_token", &config.pad_token}};
+  parts.special_tokens_map.clear();
+  for (const auto& [name, token] : names)
+    if (*token && !(*token)->content.empty()) parts.special_tokens_map.emplace_back(name, (*token)->content);
   for (const auto& t : config.extra_special_tokens) named(t);
   (void)file;
 }

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace fptrain::tokenizer {
@@ -27,6 +28,12 @@ class Tokenizer {
   virtual std::optional<int32_t> bos_id() const = 0;
   virtual std::optional<int32_t> eos_id() const = 0;
   virtual std::optional<int32_t> pad_id() const = 0;
+
+  // transformers' special_tokens_map: the named special tokens a chat template
+  // sees as variables ("bos_token" -> "<s>", "eos_token", "unk_token", "pad_token").
+  virtual std::vector<std::pair<std::string, std::string>> special_tokens_map() const { return {}; }
+  // The text of every added token marked special ("<|eot_id|>", "</s>", ...).
+  virtual std::vector<std::string> special_tokens() const { return {}; }
 };
 
 // Loads <dir>/tokenizer.json if present, else <dir>/tokenizer.model, with

@@ -7,6 +7,7 @@
 
 #include "tokenizer/metaspace_words.h"
 #include "tokenizer/tokenizer_config.h"
+#include "tokenizer/tokenizer_json_util.h"
 #include "tokenizer/unicode.h"
 
 namespace fptrain::tokenizer {
@@ -16,15 +17,16 @@ void use_llama_metaspace_pipeline(TokenizerParts& parts, const TokenizerConfig& 
   const char* scheme = !add_prefix_space ? "never" : config.legacy.value_or(false) ? "always" : "first";
   const std::string metaspace(kMetaspaceMarker);
   parts.normalizer.reset();
-  parts.pre_tokenizer = make_pre_tokenizer(
-      {{"type", "Metaspace"}, {"replacement", metaspace}, {"prepend_scheme", scheme}, {"split", false}}, file);
+  const nlohmann::json pre = {{"type", "Metaspace"}, {"replacement", metaspace}, {"prepend_scheme", scheme}, {"split", false}};
+  parts.pre_tokenizer = make_pre_tokenizer(JsonNode(pre, file, "(LlamaTokenizer pre_tokenizer)"));
   nlohmann::json decoders = nlohmann::json::array({
       {{"type", "Replace"}, {"pattern", {{"String", metaspace}}}, {"content", " "}},
       {{"type", "ByteFallback"}},
       {{"type", "Fuse"}},
   });
   if (add_prefix_space) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
-  parts.decoder = make_decoder({{"type", "Sequence"}, {"decoders", decoders}}, file);
+  const nlohmann::json decoder = {{"type", "Sequence"}, {"decoders", decoders}};
+  parts.decoder = make_decoder(JsonNode(decoder, file, "(LlamaTokenizer decoder)"));
 }
 
 PipelineTokenizer::PipelineTokenizer(TokenizerParts parts) : parts_(std::move(parts)) {

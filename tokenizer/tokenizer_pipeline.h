@@ -28,6 +28,7 @@ struct TokenizerParts {
   std::unique_ptr<Decoder> decoder;              // may be null: tokens joined by spaces
   AddedVocabulary added;
   std::optional<int32_t> bos_id, eos_id, pad_id;
+  std::vector<std::pair<std::string, std::string>> special_tokens_map;  // "bos_token" -> "<s>", ...
 };
 
 struct TokenizerConfig;
@@ -48,6 +49,10 @@ class PipelineTokenizer final : public Tokenizer {
   std::optional<int32_t> bos_id() const override { return parts_.bos_id; }
   std::optional<int32_t> eos_id() const override { return parts_.eos_id; }
   std::optional<int32_t> pad_id() const override { return parts_.pad_id; }
+  std::vector<std::pair<std::string, std::string>> special_tokens_map() const override {
+    return parts_.special_tokens_map;
+  }
+  std::vector<std::string> special_tokens() const override { return parts_.added.special_contents(); }
 
  private:
   // Normalizes, pre-tokenizes and tokenizes one span of plain text.

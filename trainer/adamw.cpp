@@ -105,15 +105,21 @@ std::vector<std::pair<std::string, at::Tensor>> AdamW::state() const {
   return out;
 }
 
-void AdamW::load_state(const std::vector<std::pair<std::string, at::Tensor>>& tensors, int64_t steps_taken) {
+void AdamW::load_state(const std::vector<std::pair<std::string, at::Tensor>>& tensors, int64_t steps_taken,
+                       const std::string& source) {
   std::unordered_map<std::string, at::Tensor> by_name(tensors.begin(), tensors.end());
   c10::NoGradGuard no_grad;
+  // Keys are saved as "optimizer.<key>" (checkpoint_store): named that way in messages.
   auto restore = [&](const std::string& key, at::Tensor& dst) {
     auto it = by_name.find(key);
-    if (it == by_name.end()) throw std::runtime_error("optimizer state: missing tensor '" + key + "'");
+    if (it == by_name.end())
+      throw std::runtime_error(source + ": missing tensor 'optimizer." + key + "' (" + std::to_string(tensors.size()) +
+                               " optimizer tensors present, " + std::to_string(3 * names_.size()) +
+                               " expected): the checkpoint is incomplete or was written for another model");
     if (it->second.sizes() != dst.sizes() || it->second.scalar_type() != dst.scalar_type())
-      throw std::runtime_error("optimizer state: tensor '" + key + "' does not match the model's parameter (" +
-                               describe(it->second) + " vs " + describe(dst) + ")");
+      throw std::runtime_error(source + ": tensor 'optimizer." + key + "' does not match the model's parameter (" +
+                               describe(it->second) + " vs " + describe(dst) +
+                               "): the checkpoint was written for another model or configuration");
     dst.copy_(it->second);
   };
   for (size_t i = 0; i < names_.size(); ++i) {

@@ -41,7 +41,9 @@ class AdamW {
   // `weight` holds the master copy (or the parameter itself without master weights).
   std::vector<std::pair<std::string, at::Tensor>> state() const;
   // Restores state() output (tensors on any device; copied in place) and the step count.
-  void load_state(const std::vector<std::pair<std::string, at::Tensor>>& tensors, int64_t steps_taken);
+  // `source` names where the tensors come from (the checkpoint file) in errors.
+  void load_state(const std::vector<std::pair<std::string, at::Tensor>>& tensors, int64_t steps_taken,
+                  const std::string& source = "optimizer state");
 
  private:
   void gather_master_grads();

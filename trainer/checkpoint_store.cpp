@@ -4,6 +4,7 @@
 #include "models/safetensors.h"
 
 #include "common/files.h"
+#include "common/json_input.h"
 
 #include <ATen/Context.h>
 #include <ATen/core/Generator.h>
@@ -43,9 +44,18 @@ nlohmann::json RunCounters::to_json() const {
 
 RunCounters RunCounters::from_json(const nlohmann::json& j) {
   RunCounters c;
-  c.tokens = j.value("tokens", int64_t{0});
-  c.supervised_tokens = j.value("supervised_tokens", int64_t{0});
-  c.train_seconds = j.value("train_seconds", 0.0);
+  if (!j.is_object()) throw std::runtime_error("counters: expected an object, got " + common::json_excerpt(j));
+  auto number = [&](const char* key, bool integer) -> const nlohmann::json* {
+    auto it = j.find(key);
+    if (it == j.end()) return nullptr;
+    if (integer ? !it->is_number_integer() : !it->is_number())
+      throw std::runtime_error(std::string("counters.") + key + ": expected " + (integer ? "an integer" : "a number") +
+                               ", got " + common::json_excerpt(*it));
+    return &*it;
+  };
+  if (auto v = number("tokens", true)) c.tokens = v->get<int64_t>();
+  if (auto v = number("supervised_tokens", true)) c.supervised_tokens = v->get<int64_t>();
+  if (auto v = number("train_seconds", false)) c.train_seconds = v->get<double>();
   return c;
 }
 
@@ -111,31 +121,53 @@ fs::path save_checkpoint(const fs::path& output_dir, const models::ModelConfig& 
 
 TrainingState load_training_state(const fs::path& dir) {
   const fs::path meta_path = dir / kStateFile;
-  std::ifstream in(meta_path);
+  std::ifstream in(meta_path, std::ios::binary);
   if (!in) throw std::runtime_error(meta_path.string() + ": missing; not a complete fptrain checkpoint");
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
   nlohmann::json meta;
   try {
-    meta = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw std::runtime_error(meta_path.string() + ": invalid JSON: " + e.what());
+    meta = common::parse_json(text, meta_path.string());
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(e.what());  // "<file>: invalid JSON: ..."
   }
   TrainingState s;
+  // A field of trainer_state.json; errors name the file and the key.
+  auto field = [&](const char* key) -> const nlohmann::json& {
+    if (!meta.is_object() || !meta.contains(key))
+      throw std::runtime_error(meta_path.string() + ": key '" + key + "' is missing");
+    return meta.at(key);
+  };
+  auto integer = [&](const char* key) {
+    const nlohmann::json& v = field(key);
+    if (!v.is_number_integer())
+      throw std::runtime_error(meta_path.string() + ": key '" + key + "': expected an integer, got " +
+                               common::json_excerpt(v));
+    return v.get<int64_t>();
+  };
+  if (integer("format_version") != kFormatVersion)
+    throw std::runtime_error(meta_path.string() + ": unsupported format_version " +
+                             common::json_excerpt(field("format_version")));
+  s.step = integer("step");
+  s.total_steps = integer("total_steps");
+  s.data_cursor = field("data_cursor").dump();
   try {
-    if (meta.at("format_version").get<int>() != kFormatVersion)
-      throw std::runtime_error("unsupported format_version " + meta.at("format_version").dump());
-    s.step = meta.at("step").get<int64_t>();
-    s.total_steps = meta.at("total_steps").get<int64_t>();
-    s.data_cursor = meta.at("data_cursor").dump();
     s.counters = RunCounters::from_json(meta.value("counters", nlohmann::json::object()));
   } catch (const std::exception& e) {
     throw std::runtime_error(meta_path.string() + ": " + e.what());
   }
   std::ifstream yaml(dir / "config.yaml");
   if (yaml) s.config_yaml.assign(std::istreambuf_iterator<char>(yaml), {});
-  for (auto& [name, t] : models::read_safetensors(dir / kTensorsFile)) {
+  s.tensors_file = dir / kTensorsFile;
+  if (!fs::is_regular_file(s.tensors_file))
+    throw std::runtime_error(s.tensors_file.string() + ": missing; the checkpoint is incomplete (its optimizer "
+                             "state and RNG states are needed to resume)");
+  for (auto& [name, t] : models::read_safetensors(s.tensors_file)) {
     if (name.rfind("optimizer.", 0) == 0) s.optimizer.emplace_back(name.substr(10), t);
     else if (name.rfind("rng.", 0) == 0) s.rng.emplace_back(name.substr(4), t);
   }
+  if (s.optimizer.empty())
+    throw std::runtime_error(s.tensors_file.string() + ": holds no optimizer state (no 'optimizer.*' tensors); "
+                             "the checkpoint is incomplete or was not written by fptrain");
   return s;
 }
 

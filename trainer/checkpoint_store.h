@@ -41,6 +41,7 @@ struct TrainingState {
   std::string config_yaml;
   std::vector<std::pair<std::string, at::Tensor>> optimizer;  // AdamW::state()
   std::vector<std::pair<std::string, at::Tensor>> rng;        // "cpu", "cuda:0", ...: generator states
+  std::filesystem::path tensors_file;  // where `optimizer` and `rng` were read from (load_training_state)
 };
 
 std::filesystem::path checkpoints_dir(const std::filesystem::path& output_dir);

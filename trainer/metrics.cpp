@@ -2,6 +2,7 @@
 
 #include "trainer/log/log.h"
 
+#include "common/json_input.h"
 #include "data/data_report.h"
 #include "models/model_dtype.h"
 
@@ -23,6 +24,10 @@ void truncate_after(const fs::path& path, int64_t keep_step) {
   std::string line;
   while (std::getline(in, line)) {
     if (line.empty()) continue;
+    if (common::json_nesting_exceeds(line, common::kMaxJsonDepth)) {  // not ours: kept as it is
+      kept.push_back(line);
+      continue;
+    }
     auto j = nlohmann::json::parse(line, nullptr, false);
     if (!j.is_discarded() && j.contains("step") && j["step"].is_number_integer() &&
         j["step"].get<int64_t>() > keep_step)

@@ -102,9 +102,11 @@ TrainOutcome Run::execute() {
   Stop stop = Stop::kNone;
   while (step_ < total_steps_ && stop == Stop::kNone) {
     const auto step_start = Clock::now();
-    const std::optional<data::TrainStep> batch = data_->next_step();
+    // A stop request also ends the wait for data (a long stretch of skipped
+    // lines can hold the next step back for minutes).
+    const std::optional<data::TrainStep> batch = data_->next_step(stop_requested);
     if (!batch) {
-      stop = Stop::kDataEnded;
+      stop = stop_requested() ? Stop::kSignal : Stop::kDataEnded;
       break;
     }
     const double data_wait = seconds_since(step_start);
@@ -184,7 +186,12 @@ void Run::evaluate_and_save_on_schedule() {
 }
 
 void Run::set_up() {
-  fs::create_directories(output_dir_);
+  std::error_code ec;
+  fs::create_directories(output_dir_, ec);
+  if (ec || !fs::is_directory(output_dir_))
+    throw std::runtime_error(output_dir_.string() + ": cannot create the output folder (" +
+                             (ec ? ec.message() : std::string("not a folder")) +
+                             "); output_dir must be a writable folder");
   lock_ = std::make_unique<OutputDirLock>(output_dir_);
   log::also_to_file((output_dir_ / "train.log").string());
   device_ = resolve_device(config_.device, config_.cpu_threads);
@@ -214,7 +221,7 @@ void Run::set_up() {
   for (const auto& n : names) params.push_back(model_.model->parameters().at(n));
   optimizer_ = std::make_unique<AdamW>(names, params, config_.optimizer);
   if (state) {
-    optimizer_->load_state(state->optimizer, state->step);
+    optimizer_->load_state(state->optimizer, state->step, state->tensors_file.string());
     restore_rng_states(state->rng);
     step_ = state->step;
     last_saved_step_ = step_;
@@ -274,11 +281,15 @@ TrainOutcome Run::finish(Stop stop, double wall_seconds) {
   if (stop == Stop::kSignal || stop == Stop::kStopAtStep) {
     outcome.interrupted = true;
     outcome.signal = stop == Stop::kSignal ? stop_signal_number() : 0;
-    if (last_saved_step_ != step_) save();
     const std::string why = outcome.signal == SIGTERM ? "SIGTERM" : outcome.signal == SIGINT ? "SIGINT"
                                                                                                 : "training.stop_at_step";
-    log::info("stopped by " + why + " after step " + std::to_string(step_) + "; checkpoint " +
-              last_checkpoint_->string() + "; run the same command again to resume");
+    if (step_ == 0 && !last_checkpoint_) {  // stopped while waiting for the first step's data
+      log::info("stopped by " + why + " before the first step; nothing was trained and no checkpoint was written");
+    } else {
+      if (last_saved_step_ != step_) save();
+      log::info("stopped by " + why + " after step " + std::to_string(step_) + "; checkpoint " +
+                last_checkpoint_->string() + "; run the same command again to resume");
+    }
   } else {
     if (!config_.data.eval.empty()) run_eval();
     if (config_.checkpoint.save_final && last_saved_step_ != step_) save();

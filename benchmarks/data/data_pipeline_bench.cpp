@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
       ExampleSource source(o, tok.get());
       result["index_seconds"] = seconds_since(t0);
       result["lines"] = source.file(0).num_lines();
-      result["chat_template"] = fptrain::common::enum_name(source.chat_template());
+      result["chat_template"] = source.chat_template_label();
       result["format"] = fptrain::common::enum_name(source.format(0));
     }
     std::stringstream modes(args["--modes"]);

@@ -14,10 +14,11 @@ Writes into --out:
                                   -> DataCollatorWithFlattening: the whole text path end to end
   gen_<profile>_<format>.jsonl    scripts/make_dataset.py output in every format
 
-The chat templates below are written for this test in the public conventions
-of each model family (Llama 3, Llama 2, Mistral, Granite 3); fptrain's native
-renderers must reproduce them exactly. {% generation %} marks what
-return_assistant_tokens_mask reports, which is what fptrain supervises by default.
+The chat templates are the ones fptrain ships (data/chat_templates/, the public
+conventions of Llama 3, Llama 2, Mistral and Granite 3), saved with each
+tokenizer; fptrain's Jinja interpreter must render them exactly as transformers
+does. {% generation %} marks what return_assistant_tokens_mask reports, which is
+what fptrain supervises by default.
 """
 import argparse
 import json
@@ -25,57 +26,19 @@ import os
 
 import numpy as np
 
-LLAMA3 = (
-    "{{- bos_token }}"
-    "{%- for message in messages %}"
-    "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' }}"
-    "{%- if message['role'] == 'assistant' %}"
-    "{% generation %}{{- message['content'] | trim + '<|eot_id|>' }}{% endgeneration %}"
-    "{%- else %}{{- message['content'] | trim + '<|eot_id|>' }}{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"
-)
+# The conventions fptrain ships (data/chat_templates/*.jinja): one copy, read here.
+_TEMPLATES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "data", "chat_templates")
 
-LLAMA2 = (
-    "{%- if messages[0]['role'] == 'system' %}"
-    "{%- set system_message = messages[0]['content'] %}{%- set loop_messages = messages[1:] %}"
-    "{%- else %}{%- set system_message = '' %}{%- set loop_messages = messages %}{%- endif %}"
-    "{%- for message in loop_messages %}"
-    "{%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
-    "{{- raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{%- endif %}"
-    "{%- if loop.index0 == 0 and system_message != '' %}"
-    "{%- set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}"
-    "{%- else %}{%- set content = message['content'] %}{%- endif %}"
-    "{%- if message['role'] == 'user' %}{{- bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
-    "{%- else %}{% generation %}{{- ' ' + content.strip() + ' ' + eos_token }}{% endgeneration %}{%- endif %}"
-    "{%- endfor %}"
-)
 
-MISTRAL = (
-    "{{- bos_token }}"
-    "{%- if messages[0]['role'] == 'system' %}"
-    "{%- set system_message = messages[0]['content'] %}{%- set loop_messages = messages[1:] %}"
-    "{%- else %}{%- set system_message = '' %}{%- set loop_messages = messages %}{%- endif %}"
-    "{%- for message in loop_messages %}"
-    "{%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
-    "{{- raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{%- endif %}"
-    "{%- if message['role'] == 'user' %}"
-    "{%- if loop.index0 == 0 and system_message != '' %}"
-    "{{- '[INST] ' + system_message + '\\n\\n' + message['content'] + '[/INST]' }}"
-    "{%- else %}{{- '[INST] ' + message['content'] + '[/INST]' }}{%- endif %}"
-    "{%- else %}{% generation %}{{- ' ' + message['content'] + eos_token }}{% endgeneration %}{%- endif %}"
-    "{%- endfor %}"
-)
+def _shipped(name):
+    with open(os.path.join(_TEMPLATES_DIR, name + ".jinja"), encoding="utf-8") as f:
+        return f.read()
 
-GRANITE3 = (
-    "{%- for message in messages %}"
-    "{{- '<|start_of_role|>' + message['role'] + '<|end_of_role|>' }}"
-    "{%- if message['role'] == 'assistant' %}"
-    "{% generation %}{{- message['content'] + '<|end_of_text|>' }}{% endgeneration %}{{- '\\n' }}"
-    "{%- else %}{{- message['content'] + '<|end_of_text|>\\n' }}{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|start_of_role|>assistant<|end_of_role|>' }}{%- endif %}"
-)
+
+LLAMA3 = _shipped("llama3")
+LLAMA2 = _shipped("llama2")
+MISTRAL = _shipped("mistral")
+GRANITE3 = _shipped("granite3")
 
 CORPUS = [
     "The quick brown fox jumps over the lazy dog. What is 12 + 30? The answer is 42.",

@@ -35,7 +35,7 @@ std::vector<std::string> supervised_runs(const EncodedExample& e, const tokenize
 }
 
 EncodedExample encode_chat(ChatTemplateKind kind, ChatLossMask mask, const tokenizer::Tokenizer& tok) {
-  ExampleEncoder enc(&tok, kind, mask);
+  ExampleEncoder enc(&tok, ChatTemplate::resolve(kind, "", &tok), mask);
   EXPECT_TRUE(enc.turn_by_turn());
   RawExample ex;
   ex.format = ExampleFormat::kMessages;
@@ -79,7 +79,7 @@ TEST(ChatMasks, AllTokensExceptTheFirst) {
 
 TEST(ChatMasks, MissingTemplateTokensAreAConfigError) {
   ByteTokenizer tok({"<s>", "</s>"});
-  EXPECT_THROW(ExampleEncoder(&tok, ChatTemplateKind::kLlama3, ChatLossMask::kAssistant), std::runtime_error);
+  EXPECT_THROW(ChatTemplate::resolve(ChatTemplateKind::kLlama3, "", &tok), std::runtime_error);
 }
 
 TEST(DataPadId, NeverEos) {

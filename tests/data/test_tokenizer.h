@@ -58,6 +58,13 @@ class ByteTokenizer : public tokenizer::Tokenizer {
   std::optional<int32_t> bos_id() const override { return bos_.empty() ? std::nullopt : token_to_id(bos_); }
   std::optional<int32_t> eos_id() const override { return token_to_id(eos_); }
   std::optional<int32_t> pad_id() const override { return pad_; }
+  std::vector<std::pair<std::string, std::string>> special_tokens_map() const override {
+    std::vector<std::pair<std::string, std::string>> out;
+    if (!bos_.empty()) out.emplace_back("bos_token", bos_);
+    if (!eos_.empty()) out.emplace_back("eos_token", eos_);
+    return out;
+  }
+  std::vector<std::string> special_tokens() const override { return specials_; }
   std::optional<int32_t> pad_ = std::nullopt;
 
  private:

@@ -204,7 +204,7 @@ TEST_F(CorruptSafetensors, HeaderLengthPastTheEndOfTheFile) {
 TEST_F(CorruptSafetensors, HeaderIsNotJson) {
   std::string bytes = raw.bytes();
   bytes[8] = 'X';
-  expect_rejected(bytes, {"not valid JSON"});
+  expect_rejected(bytes, {"header: invalid JSON"});
 }
 
 TEST_F(CorruptSafetensors, OverlappingOffsetsNameBothTensors) {

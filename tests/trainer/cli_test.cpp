@@ -1,7 +1,8 @@
 // The command line: --version/--help, bad configurations exit 2 with the key
 // and a suggestion, SIGTERM finishes the step, saves and exits 0, `fptrain init`
 // writes a model and tokenizer that transformers and our tokenizer agree on,
-// `fptrain eval` and `fptrain data` run on a configuration.
+// `fptrain eval` and `fptrain data` run on a configuration, `fptrain data --show`
+// prints examples as training encodes them.
 #include "tokenizer/tokenizer.h"
 #include "tests/trainer/trainer_test_util.h"
 #include "trainer/checkpoint_store.h"
@@ -149,6 +150,72 @@ TEST(TrainCli, EvalAndDataReportRun) {
   const CommandResult d = run_fptrain({"data", cfg});
   EXPECT_EQ(d.exit_code, 0) << d.output;
   EXPECT_NE(d.output.find("pad"), std::string::npos) << d.output;
+}
+
+TEST(TrainCli, DataShowPrintsTheFirstExamplesAsTrained) {
+  TempDir dir;
+  const std::string cfg = dir.write("c.yaml", base_config(dir / "run", "chat.jsonl", "training:\n  max_steps: 2\n"));
+  // Text: stdout is a pipe here, so supervised spans are marked [[ ]], not coloured.
+  const CommandResult t = run_fptrain({"data", cfg, "--show", "2", "--max-tokens-shown", "4"});
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  const std::vector<std::string> expected = {
+      "data.train: examples 1-2 of 96", "=== example 1: " + fixture("chat.jsonl").string() + ":1", "=== example 2: ",
+      "format messages, chat template llama2", "used: ", "[[", "]]", "</s>]]", "label", "tokens not shown",
+      "        2        2  \"</s>\"\n"};  // the last rows are shown too: the supervised EOS
+  for (const std::string& s : expected)
+    EXPECT_NE(t.output.find(s), std::string::npos) << s << "\n" << t.output;
+  EXPECT_EQ(t.output.find("=== example 3"), std::string::npos) << t.output;
+  EXPECT_EQ(t.output.find('\x1b'), std::string::npos) << t.output;
+  const CommandResult c = run_fptrain({"data", cfg, "--show", "1", "--color", "always"});
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_NE(c.output.find("\x1b[1;32m"), std::string::npos) << c.output;
+
+  // JSON: the same examples with ids, labels and spans; --skip starts later.
+  const CommandResult j = run_fptrain({"data", cfg, "--show", "2", "--json"});
+  ASSERT_EQ(j.exit_code, 0) << j.output;
+  const auto doc = nlohmann::json::parse(j.output.substr(j.output.find('{')));
+  ASSERT_EQ(doc["examples"].size(), 2u);
+  EXPECT_EQ(doc["total"].get<int64_t>(), 96);
+  for (const auto& ex : doc["examples"]) {
+    EXPECT_EQ(ex["status"], "used");
+    EXPECT_EQ(ex["format"], "messages");
+    EXPECT_EQ(ex["chat_template"], "llama2");
+    const auto ids = ex["input_ids"].get<std::vector<int32_t>>();
+    const auto labels = ex["labels"].get<std::vector<int32_t>>();
+    ASSERT_EQ(ids.size(), ex["tokens"].get<size_t>());
+    ASSERT_EQ(labels.size(), ids.size());
+    int64_t supervised = 0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (labels[i] != -100) EXPECT_EQ(labels[i], ids[i]);
+      supervised += labels[i] != -100;
+    }
+    EXPECT_GT(supervised, 0);
+    EXPECT_EQ(ex["supervised"].get<int64_t>(), supervised);
+    std::string text;
+    int64_t span_tokens = 0;
+    for (const auto& sp : ex["spans"]) {
+      text += sp["text"].get<std::string>();
+      span_tokens += sp["tokens"].get<int64_t>();
+    }
+    EXPECT_EQ(text, ex["text"].get<std::string>());
+    EXPECT_EQ(span_tokens, static_cast<int64_t>(ids.size()));
+  }
+  EXPECT_EQ(doc["examples"][1]["line"].get<int64_t>(), 2);
+  const CommandResult k = run_fptrain({"data", cfg, "--show", "1", "--skip", "1", "--json"});
+  ASSERT_EQ(k.exit_code, 0) << k.output;
+  const auto second = nlohmann::json::parse(k.output.substr(k.output.find('{')));
+  EXPECT_EQ(second["examples"][0]["input_ids"], doc["examples"][1]["input_ids"]);
+
+  // Pre-tokenized data; data.eval unset; options that need --show.
+  const std::string tokens_cfg = dir.write("t.yaml", base_config(dir / "run", "tokens.jsonl", "training:\n  max_steps: 2\n"));
+  const CommandResult tk = run_fptrain({"data", tokens_cfg, "--show", "2"});
+  ASSERT_EQ(tk.exit_code, 0) << tk.output;
+  EXPECT_NE(tk.output.find("format tokens, chat template none"), std::string::npos) << tk.output;
+  const CommandResult e = run_fptrain({"data", cfg, "--show", "2", "--eval"});
+  EXPECT_EQ(e.exit_code, 2) << e.output;
+  EXPECT_NE(e.output.find("data.eval is not set"), std::string::npos) << e.output;
+  EXPECT_NE(run_fptrain({"data", cfg, "--skip", "3"}).exit_code, 0);
+  EXPECT_NE(run_fptrain({"data", cfg, "--show", "2", "--color", "sometimes"}).exit_code, 0);
 }
 
 TEST(TrainCli, EvalOfTheFinalCheckpointMatchesTheRunsFinalEvaluation) {
