@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/enum_names.h"
+
 namespace fptrain::attention {
 
 enum class Backend {
@@ -51,3 +53,14 @@ void validate_cu_seqlens(const at::Tensor& cu_seqlens_cpu, int64_t total_tokens,
                          int64_t max_seqlen);
 
 }  // namespace fptrain::attention
+
+namespace fptrain::common {
+template <>
+struct EnumNames<attention::Backend> {
+  static constexpr std::array<EnumEntry<attention::Backend>, 4> table = {
+      {{attention::Backend::kReference, "reference"},
+       {attention::Backend::kTorchFA2, "torch-fa2"},
+       {attention::Backend::kHopper, "hopper"},
+       {attention::Backend::kHopper, "fptrain", /*alias=*/true}}};
+};
+}  // namespace fptrain::common

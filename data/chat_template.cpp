@@ -5,6 +5,8 @@
 #include "jinja/template.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <regex>
@@ -49,6 +51,24 @@ ordered_json message_json(const Message& m) {
     out["content"] = m.content;
   }
   return out;
+}
+
+// FPTRAIN_CHAT_TEMPLATE_DATE=YYYY-MM-DD as strftime_now's clock (midnight); nullopt when unset.
+std::optional<std::tm> fixed_date() {
+  const char* value = std::getenv("FPTRAIN_CHAT_TEMPLATE_DATE");
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  int year = 0, month = 0, day = 0, used = 0;
+  std::tm tm{};
+  if (std::sscanf(value, "%4d-%2d-%2d%n", &year, &month, &day, &used) == 3 && value[used] == '\0' &&
+      year >= 1900 && month >= 1 && month <= 12 && day >= 1 && day <= 31) {
+    tm.tm_year = year - 1900;
+    tm.tm_mon = month - 1;
+    tm.tm_mday = day;
+    const std::time_t t = timegm(&tm);  // fills tm_wday and tm_yday, normalizes
+    if (t != static_cast<std::time_t>(-1) && tm.tm_mday == day) return tm;
+  }
+  throw std::runtime_error(std::string("FPTRAIN_CHAT_TEMPLATE_DATE='") + value +
+                           "': expected a date as YYYY-MM-DD (strftime_now's date in chat templates)");
 }
 
 }  // namespace
@@ -157,6 +177,7 @@ ChatTemplate::ChatTemplate(std::map<std::string, std::string> sources, std::stri
     }
     has_generation_[name] = has_generation_blocks(source);
   }
+  date_ = fixed_date();
   if (!templates_.count("default") && templates_.size() > 1)
     throw std::runtime_error(label_ + ": several chat templates and none named 'default'");
   special_tokens_map_ = ordered_json::object();
@@ -223,8 +244,9 @@ std::vector<TextPiece> ChatTemplate::render(const RawExample& ex, bool supervise
   // The variables apply_chat_template passes; each message's content is tagged with its index.
   ordered_json messages = ordered_json::array();
   for (const Message& m : ex.messages) messages.push_back(message_json(m));
-  const jinja::Context ctx =
+  jinja::Context ctx =
       jinja::chat_context(messages, /*add_generation_prompt=*/false, ex.tools, ex.documents, special_tokens_map_);
+  if (date_) ctx.now = [date = *date_] { return date; };
   jinja::RenderOutput out;
   try {
     out = tmpl.render(ctx);
@@ -243,9 +265,17 @@ std::vector<TextPiece> ChatTemplate::render(const RawExample& ex, bool supervise
     const bool by_order = out.generation.size() == assistants.size();
     for (size_t g = 0; g < out.generation.size(); ++g) {
       // transformers reports blocks inside macros or set blocks at misplaced
-      // offsets that may run past the text; so do we: clamp.
-      const size_t begin = std::min(out.generation[g].first, text.size());
-      const size_t end = std::min(std::max(out.generation[g].second, begin), text.size());
+      // offsets that may run past the text; so do we: clamp. A misplaced range
+      // (in bytes) can also cut a character, whose halves the tokenizer could
+      // not take: widen it to whole characters, as transformers' character
+      // ranges are.
+      auto continuation = [&](size_t b) {
+        return b < text.size() && (static_cast<unsigned char>(text[b]) & 0xC0) == 0x80;
+      };
+      size_t begin = std::min(out.generation[g].first, text.size());
+      size_t end = std::min(std::max(out.generation[g].second, begin), text.size());
+      while (begin > 0 && continuation(begin)) --begin;
+      while (continuation(end)) ++end;
       bool on = by_order && ex.messages[assistants[g]].supervised;
       if (!by_order)
         for (size_t b = begin; b < end && !on; ++b)

@@ -18,9 +18,15 @@
 // A message is supervised when the loss mask says so (assistant turns, or the
 // last one) or, for prompt/completion and Alpaca examples, when the parser
 // flagged it (the completion).
+//
+// strftime_now (e.g. Llama 3.1's "Today Date") reads the local clock, as
+// transformers does; the environment variable FPTRAIN_CHAT_TEMPLATE_DATE=
+// YYYY-MM-DD fixes it to that date at 00:00:00 (read when the template is
+// built), for reproducible renders: the parity tests use it.
 #pragma once
 
 #include <cstdint>
+#include <ctime>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -110,6 +116,7 @@ class ChatTemplate {
   nlohmann::ordered_json special_tokens_map_;  // bos_token, eos_token, ... as template variables
   std::vector<std::string> special_tokens_;     // longest first, for cutting pieces
   bool starts_special_[256] = {};               // first bytes of special tokens
+  std::optional<std::tm> date_;                 // FPTRAIN_CHAT_TEMPLATE_DATE, when set
 };
 
 }  // namespace fptrain::data

@@ -20,7 +20,8 @@ enum class ExampleFormat { kAuto, kMessages, kPromptCompletion, kAlpaca, kText, 
 enum class BadLinePolicy { kError, kSkip };
 // What an example longer than max_length does.
 enum class OverlongPolicy { kTruncate, kDrop };
-// Native chat template renderers. kAuto: detected from tokenizer_config.json's chat_template.
+// Which chat template renders `messages`: kAuto = the tokenizer folder's own (tokenizer_config.json,
+// chat_template.jinja), kNone = none, else one we ship (data/chat_templates/). See data/chat_template.h.
 enum class ChatTemplateKind { kAuto, kNone, kLlama3, kLlama2, kMistral, kGranite3 };
 // Which tokens of a `messages` example are supervised.
 enum class ChatLossMask { kAssistant, kLastAssistant, kAll };

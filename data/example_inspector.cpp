@@ -7,15 +7,7 @@
 
 namespace fptrain::data {
 
-const char* status_name(ExampleStatus status) {
-  switch (status) {
-    case ExampleStatus::kUsed: return "used";
-    case ExampleStatus::kTruncated: return "truncated";
-    case ExampleStatus::kDropped: return "dropped";
-    case ExampleStatus::kSkipped: return "skipped";
-  }
-  return "?";
-}
+const char* status_name(ExampleStatus status) { return common::enum_name(status); }
 
 std::vector<TokenSpan> supervision_spans(const std::vector<int32_t>& ids, const std::vector<int32_t>& labels,
                                          const tokenizer::Tokenizer& tokenizer) {

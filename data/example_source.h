@@ -19,6 +19,20 @@ namespace fptrain::data {
 
 enum class ExampleStatus : uint8_t { kUsed, kTruncated, kDropped, kSkipped };
 
+}  // namespace fptrain::data
+
+namespace fptrain::common {
+template <>
+struct EnumNames<data::ExampleStatus> {
+  static constexpr std::array<EnumEntry<data::ExampleStatus>, 4> table = {{{data::ExampleStatus::kUsed, "used"},
+                                                                          {data::ExampleStatus::kTruncated, "truncated"},
+                                                                          {data::ExampleStatus::kDropped, "dropped"},
+                                                                          {data::ExampleStatus::kSkipped, "skipped"}}};
+};
+}  // namespace fptrain::common
+
+namespace fptrain::data {
+
 struct ProcessedExample {
   ExampleStatus status = ExampleStatus::kUsed;
   SkipReason reason = SkipReason::kMalformedJson;  // when skipped

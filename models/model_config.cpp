@@ -64,6 +64,16 @@ class KeyReader {
   int64_t positive(const std::string& key, int64_t fallback) const {
     return has(key) ? positive(key) : fallback;
   }
+  // A size in (0, limit]: larger values describe no model that could be loaded
+  // (and would overflow the shape arithmetic), so the file is corrupt.
+  int64_t size(const std::string& key, int64_t limit) const {
+    const int64_t v = positive(key);
+    if (v > limit) fail(key, "larger than any model fptrain can load (at most " + std::to_string(limit) + ")");
+    return v;
+  }
+  int64_t size(const std::string& key, int64_t limit, int64_t fallback) const {
+    return has(key) ? size(key, limit) : fallback;
+  }
 
   double number(const std::string& key) const {
     if (!has(key)) fail(key, "required key is missing");
@@ -192,13 +202,13 @@ RopeConfig parse_rope(const json& doc, const KeyReader& top, int64_t max_positio
 
   const std::string type_key = keys.has("rope_type") ? "rope_type" : "type";
   const std::string type = keys.string(type_key, "default");
-  if (type == "default") {
+  if (type == common::enum_name(RopeType::kDefault)) {
     rope.type = RopeType::kDefault;
-  } else if (type == "linear") {
+  } else if (type == common::enum_name(RopeType::kLinear)) {
     rope.type = RopeType::kLinear;
     rope.factor = keys.number("factor");
     if (rope.factor <= 0) keys.fail("factor", "must be positive");
-  } else if (type == "llama3") {
+  } else if (type == common::enum_name(RopeType::kLlama3)) {
     rope.type = RopeType::kLlama3;
     rope.factor = keys.number("factor");
     rope.low_freq_factor = keys.number("low_freq_factor");
@@ -241,21 +251,24 @@ ModelConfig parse_model_config(const json& doc, const std::string& source) {
   const std::string act = keys.string("hidden_act", "silu");
   if (act != "silu") keys.fail("hidden_act", "unsupported activation; only silu is supported");
 
-  c.vocab_size = keys.positive("vocab_size");
-  c.hidden_size = keys.positive("hidden_size");
-  c.intermediate_size = keys.positive("intermediate_size");
-  c.num_hidden_layers = keys.positive("num_hidden_layers");
-  c.num_attention_heads = keys.positive("num_attention_heads");
+  // Upper bounds far above every released model keep the shape arithmetic
+  // (heads x head_dim, vocab x hidden, per-layer loops) in range.
+  constexpr int64_t kMaxWidth = int64_t{1} << 20, kMaxCount = int64_t{1} << 16;
+  c.vocab_size = keys.size("vocab_size", std::numeric_limits<int32_t>::max());  // token ids are int32
+  c.hidden_size = keys.size("hidden_size", kMaxWidth);
+  c.intermediate_size = keys.size("intermediate_size", kMaxWidth);
+  c.num_hidden_layers = keys.size("num_hidden_layers", kMaxCount);
+  c.num_attention_heads = keys.size("num_attention_heads", kMaxCount);
   // MistralConfig's class default is 8 KV heads; an explicit null means one per query head.
   const int64_t kv_default = (c.family == Family::kMistral && !doc.contains("num_key_value_heads"))
                                  ? 8
                                  : c.num_attention_heads;
-  c.num_key_value_heads = keys.positive("num_key_value_heads", kv_default);
+  c.num_key_value_heads = keys.size("num_key_value_heads", kMaxCount, kv_default);
   if (c.num_attention_heads % c.num_key_value_heads != 0)
     keys.fail("num_key_value_heads", "must divide num_attention_heads (" +
                                          std::to_string(c.num_attention_heads) + ")");
   if (keys.has("head_dim")) {
-    c.head_dim = keys.positive("head_dim");
+    c.head_dim = keys.size("head_dim", kMaxWidth);
   } else {
     if (c.hidden_size % c.num_attention_heads != 0)
       keys.fail("hidden_size", "is not a multiple of num_attention_heads (" +

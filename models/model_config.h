@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/enum_names.h"
+
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -15,6 +17,19 @@ namespace fptrain::models {
 enum class Family { kLlama, kMistral, kGranite };
 
 enum class RopeType { kDefault, kLinear, kLlama3 };
+
+}  // namespace fptrain::models
+
+namespace fptrain::common {
+template <>
+struct EnumNames<models::RopeType> {
+  static constexpr std::array<EnumEntry<models::RopeType>, 3> table = {{{models::RopeType::kDefault, "default"},
+                                                                       {models::RopeType::kLinear, "linear"},
+                                                                       {models::RopeType::kLlama3, "llama3"}}};
+};
+}  // namespace fptrain::common
+
+namespace fptrain::models {
 
 struct RopeConfig {
   double theta = 10000.0;

@@ -13,6 +13,9 @@ Writes into --out:
                                   conversations -> apply_chat_template (ids + assistant mask as labels)
                                   -> DataCollatorWithFlattening: the whole text path end to end
   gen_<profile>_<format>.jsonl    scripts/make_dataset.py output in every format
+  chat_parity/, chat_parity_golden.json
+                                  chat_parity_fixtures.py: templates x tokenizers x conversations through
+                                  apply_chat_template, for chat_parity_test.cpp
 
 The chat templates are the ones fptrain ships (data/chat_templates/, the public
 conventions of Llama 3, Llama 2, Mistral and Granite 3), saved with each
@@ -211,6 +214,8 @@ def main():
     chat_golden(toks, args.out)
     flatten_golden(toks, args.out)
     generated(args.out)
+    import chat_parity_fixtures  # tests/data/, beside this script
+    chat_parity_fixtures.write_chat_parity(args.out)
 
 
 if __name__ == "__main__":

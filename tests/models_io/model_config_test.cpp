@@ -13,14 +13,7 @@ namespace {
 using nlohmann::json;
 using namespace fptrain::models::testing;
 
-std::string rope_type_name(RopeType t) {
-  switch (t) {
-    case RopeType::kDefault: return "default";
-    case RopeType::kLinear: return "linear";
-    case RopeType::kLlama3: return "llama3";
-  }
-  return "?";
-}
+std::string rope_type_name(RopeType t) { return common::enum_name(t); }
 
 // Every field of `c` against transformers' reading `want` of the same file.
 void expect_matches(const ModelConfig& c, const json& want, const std::string& what) {
