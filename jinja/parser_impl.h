@@ -73,6 +73,7 @@ class Parser {
   ExprPtr parse_postfix(ExprPtr node);
   ExprPtr parse_filter_expr(ExprPtr node);
   ExprPtr parse_subscript(ExprPtr node);
+  ExprPtr parse_call(ExprPtr callee);  // at "(": the call of `callee` with its arguments
   ExprPtr parse_subscribed();
   void parse_call_args(ArgsExpr& args);
   ExprPtr parse_filter(ExprPtr node, bool start_inline);

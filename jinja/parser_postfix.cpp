@@ -9,11 +9,7 @@ ExprPtr Parser::parse_postfix(ExprPtr node) {
     if (is_op(".") || is_op("[")) {
       node = parse_subscript(std::move(node));
     } else if (is_op("(")) {
-      auto c = std::make_unique<CallExpr>(std::move(node), cur().line);
-      parse_call_args(c->args);
-      add_depth(*c, c->callee.get());
-      add_depth(*c, c->args);
-      node = std::move(c);
+      node = parse_call(std::move(node));
     } else {
       return node;
     }
@@ -27,15 +23,19 @@ ExprPtr Parser::parse_filter_expr(ExprPtr node) {
     } else if (is_name("is")) {
       node = parse_test(std::move(node));
     } else if (is_op("(")) {
-      auto c = std::make_unique<CallExpr>(std::move(node), cur().line);
-      parse_call_args(c->args);
-      add_depth(*c, c->callee.get());
-      add_depth(*c, c->args);
-      node = std::move(c);
+      node = parse_call(std::move(node));
     } else {
       return node;
     }
   }
+}
+
+ExprPtr Parser::parse_call(ExprPtr callee) {
+  auto c = std::make_unique<CallExpr>(std::move(callee), cur().line);
+  parse_call_args(c->args);
+  add_depth(*c, c->callee.get());
+  add_depth(*c, c->args);
+  return c;
 }
 
 ExprPtr Parser::parse_subscript(ExprPtr node) {
