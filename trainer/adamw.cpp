@@ -1,5 +1,7 @@
 #include "trainer/adamw.h"
 
+#include "trainer/flat_adamw.h"
+
 #include <c10/core/GradMode.h>
 
 #include <stdexcept>
@@ -14,93 +16,100 @@ std::string describe(const at::Tensor& t) {
   return s + "]";
 }
 
+FlatLayout make_layout(const std::vector<std::string>& names, const std::vector<at::Tensor>& params,
+                       int64_t alignment) {
+  if (names.size() != params.size() || params.empty())
+    throw std::invalid_argument("AdamW: expected one name per parameter and at least one parameter");
+  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
+  for (size_t i = 0; i < names.size(); ++i) shapes.emplace_back(names[i], params[i].sizes().vec());
+  return FlatLayout(shapes, alignment, /*shards=*/1);
+}
+
 }  // namespace
 
-AdamW::AdamW(std::vector<std::string> names, std::vector<at::Tensor> params, const OptimizerSection& options)
-    : names_(std::move(names)), params_(std::move(params)), options_(options) {
-  if (names_.size() != params_.size() || params_.empty())
-    throw std::invalid_argument("AdamW: expected one name per parameter and at least one parameter");
-  const auto dtype = params_[0].scalar_type();
-  for (const auto& p : params_)
-    if (p.scalar_type() != dtype || p.device() != params_[0].device())
+AdamW::AdamW(std::vector<std::string> names, std::vector<at::Tensor> params, const OptimizerSection& options,
+             int64_t alignment)
+    : names_(std::move(names)), options_(options) {
+  const auto dtype = params.empty() ? at::kFloat : params[0].scalar_type();
+  for (const auto& p : params)
+    if (p.scalar_type() != dtype || p.device() != params[0].device())
       throw std::invalid_argument("AdamW: all parameters must share one dtype and device");
-  master_ = options.master_weights && dtype != at::kFloat;
+  FlatLayout layout = make_layout(names_, params, alignment);
+  flat_ = std::make_unique<FlatParameters>(std::move(layout), std::move(params));
+  master_weights_ = options.master_weights && dtype != at::kFloat;
   c10::NoGradGuard no_grad;
-  for (const auto& p : params_) {
-    at::Tensor w = master_ ? p.detach().to(at::kFloat).clone() : p.detach();
-    weights_.push_back(w);
-    exp_avg_.push_back(at::zeros_like(w));
-    exp_avg_sq_.push_back(at::zeros_like(w));
-  }
-  step_tensor_ = at::zeros({}, weights_[0].options().dtype(at::kFloat));
+  const at::Tensor& w = flat_->weights();
+  if (master_weights_) master_ = w.to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+  exp_avg_ = at::zeros_like(master_weights_ ? master_ : w);
+  exp_avg_sq_ = at::zeros_like(master_weights_ ? master_ : w);
+  coef_ = at::ones({}, w.options().dtype(at::kFloat));
 }
 
 void AdamW::accumulate_gradients() {
-  if (!master_) return;
+  if (!master_weights_) return;
   c10::NoGradGuard no_grad;
-  if (accumulators_.empty())
-    for (const auto& w : weights_) accumulators_.push_back(at::zeros_like(w));
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const at::Tensor& g = params_[i].grad();
-    if (!g.defined()) continue;
-    accumulators_[i].add_(g);
-    params_[i].mutable_grad() = at::Tensor();
-  }
+  flat_->collect_grads();
+  if (!accum_.defined()) accum_ = at::zeros({flat_->layout().total()}, flat_->weights().options().dtype(at::kFloat));
+  flat::accumulate(accum_, flat_->grads());
+  accum_active_ = true;
+  flat_->release_collected();
 }
 
-void AdamW::gather_master_grads() {
-  if (master_) accumulate_gradients();  // whatever backward left since the last call
-  grads_.clear();
-  grads_.reserve(params_.size());
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (master_) {
-      grads_.push_back(accumulators_[i]);
-      continue;
-    }
-    at::Tensor g = params_[i].grad();
-    grads_.push_back(g.defined() ? g : at::zeros_like(weights_[i]));  // a parameter unused in this step
-  }
+at::Tensor AdamW::grad_norm(double max_norm) {
+  c10::NoGradGuard no_grad;
+  flat_->collect_grads();
+  at::Tensor norm = at::empty({}, coef_.options());  // fresh: the caller may hold it past the next step
+  flat::grad_norm(flat_->grads(), accum_active_ ? accum_ : at::Tensor(), max_norm, norm, coef_);
+  coef_pending_ = max_norm > 0;
+  return norm;
 }
 
 at::Tensor AdamW::clip_grad_norm(double max_norm) {
+  at::Tensor norm = grad_norm(max_norm);
+  if (!coef_pending_) return norm;
   c10::NoGradGuard no_grad;
-  gather_master_grads();
-  std::vector<at::Tensor> norms = at::_foreach_norm(grads_, 2);
-  at::Tensor total = at::linalg_vector_norm(at::stack(norms), 2).to(at::kFloat);
-  if (max_norm > 0) {
-    at::Tensor coef = at::clamp_max(max_norm / (total + 1e-6), 1.0);
-    at::_foreach_mul_(grads_, coef.to(grads_[0].scalar_type()));
+  if (accum_active_) {
+    flat::accumulate(accum_, flat_->grads());  // one fp32 gradient, then scaled
+    accum_.mul_(coef_);
+  } else {
+    flat_->grads().mul_(coef_.to(flat_->dtype()));
   }
-  return total;
+  coef_pending_ = false;
+  return norm;
 }
 
 void AdamW::step(double lr) {
   c10::NoGradGuard no_grad;
-  if (grads_.empty()) gather_master_grads();
-  step_tensor_.add_(1);
+  flat_->collect_grads();
   ++steps_taken_;
-  std::vector<at::Tensor> steps(weights_.size(), step_tensor_);
-  at::_fused_adamw_(weights_, grads_, exp_avg_, exp_avg_sq_, /*max_exp_avg_sqs=*/{}, steps, lr,
-                    options_.beta1, options_.beta2, options_.weight_decay, options_.eps,
-                    /*amsgrad=*/false, /*maximize=*/false);
-  if (master_) {
-    for (size_t i = 0; i < params_.size(); ++i) params_[i].detach().copy_(weights_[i]);
-    at::_foreach_zero_(accumulators_);
-  }
-  grads_.clear();
+  flat::AdamWHyper h;
+  h.lr = lr;
+  h.beta1 = options_.beta1;
+  h.beta2 = options_.beta2;
+  h.eps = options_.eps;
+  h.weight_decay = options_.weight_decay;
+  h.step = steps_taken_;
+  flat::adamw_step(flat_->weights(), master_, exp_avg_, exp_avg_sq_, flat_->grads(),
+                   accum_active_ ? accum_ : at::Tensor(), coef_pending_ ? coef_ : at::Tensor(), h);
   zero_grad();
 }
 
 void AdamW::zero_grad() {
-  for (auto& p : params_) p.mutable_grad() = at::Tensor();
+  c10::NoGradGuard no_grad;
+  flat_->zero_grads();
+  if (accum_active_) accum_.zero_();
+  accum_active_ = false;
+  coef_pending_ = false;
+  flat_->release_collected();
 }
 
 std::vector<std::pair<std::string, at::Tensor>> AdamW::state() const {
   std::vector<std::pair<std::string, at::Tensor>> out;
+  const at::Tensor& weights = master_weights_ ? master_ : flat_->weights();
   for (size_t i = 0; i < names_.size(); ++i) {
-    out.emplace_back("weight." + names_[i], weights_[i]);
-    out.emplace_back("exp_avg." + names_[i], exp_avg_[i]);
-    out.emplace_back("exp_avg_sq." + names_[i], exp_avg_sq_[i]);
+    out.emplace_back("weight." + names_[i], flat_->segment(weights, i));
+    out.emplace_back("exp_avg." + names_[i], flat_->segment(exp_avg_, i));
+    out.emplace_back("exp_avg_sq." + names_[i], flat_->segment(exp_avg_sq_, i));
   }
   return out;
 }
@@ -110,7 +119,7 @@ void AdamW::load_state(const std::vector<std::pair<std::string, at::Tensor>>& te
   std::unordered_map<std::string, at::Tensor> by_name(tensors.begin(), tensors.end());
   c10::NoGradGuard no_grad;
   // Keys are saved as "optimizer.<key>" (checkpoint_store): named that way in messages.
-  auto restore = [&](const std::string& key, at::Tensor& dst) {
+  auto restore = [&](const std::string& key, const at::Tensor& dst) {
     auto it = by_name.find(key);
     if (it == by_name.end())
       throw std::runtime_error(source + ": missing tensor 'optimizer." + key + "' (" + std::to_string(tensors.size()) +
@@ -122,14 +131,14 @@ void AdamW::load_state(const std::vector<std::pair<std::string, at::Tensor>>& te
                                "): the checkpoint was written for another model or configuration");
     dst.copy_(it->second);
   };
+  const at::Tensor& weights = master_weights_ ? master_ : flat_->weights();
   for (size_t i = 0; i < names_.size(); ++i) {
-    restore("weight." + names_[i], weights_[i]);
-    restore("exp_avg." + names_[i], exp_avg_[i]);
-    restore("exp_avg_sq." + names_[i], exp_avg_sq_[i]);
-    if (master_) params_[i].detach().copy_(weights_[i]);
+    restore("weight." + names_[i], flat_->segment(weights, i));
+    restore("exp_avg." + names_[i], flat_->segment(exp_avg_, i));
+    restore("exp_avg_sq." + names_[i], flat_->segment(exp_avg_sq_, i));
   }
+  if (master_weights_) flat_->weights().copy_(master_);  // the model: the masters, rounded
   steps_taken_ = steps_taken;
-  step_tensor_.fill_(static_cast<double>(steps_taken));
 }
 
 }  // namespace fptrain::trainer

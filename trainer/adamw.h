@@ -1,13 +1,29 @@
-// AdamW over the model's parameters, through LibTorch's fused kernel
-// (at::_fused_adamw_, CUDA and CPU). With master weights, the optimizer keeps
-// fp32 copies of low-precision model weights plus fp32 moments and writes the
-// rounded result back into the model after every step.
+// AdamW over flat buffers (trainer/flat_layout.h, trainer/flat_parameters.h).
+//
+// The model's parameters become views of one weight buffer and their gradients
+// views of one gradient buffer, into which autograd accumulates every
+// micro-batch in place. With master weights (a bf16/fp16 model and
+// optimizer.master_weights) the optimizer keeps fp32 master weights and fp32
+// moments, each one buffer; without them (an fp32 model, or master_weights:
+// false) it updates the weight buffer in place with moments of the model dtype.
+//
+// A step is a few launches whatever the parameter count:
+//   grad_norm    one reduction over the gradient buffer (fp32 sums): the norm and,
+//                on the device, the clip coefficient min(1, max_norm/(norm+1e-6))
+//   step         one pass: g = gradient × coefficient; AdamW on the fp32 master
+//                (or the weights) and moments exactly as at::_fused_adamw_
+//                computes it; the rounded weight written into the model
+//   zero         one memset of the gradient buffer
+// plus, with fp32 gradient accumulation, one pass per extra micro-batch
+// (accumulate_gradients). Nothing synchronizes with the host.
 #pragma once
 
 #include "trainer/config.h"
+#include "trainer/flat_parameters.h"
 
 #include <ATen/ATen.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,48 +31,68 @@ namespace fptrain::trainer {
 
 class AdamW {
  public:
-  // `params` are the model's leaf tensors (requires_grad), in a fixed order.
-  AdamW(std::vector<std::string> names, std::vector<at::Tensor> params, const OptimizerSection& options);
+  // `params` are the model's leaf tensors (requires_grad), in a fixed order (the
+  // model order in the trainer). They become views of the flat weight buffer and
+  // their .grad views of the flat gradient buffer (see FlatParameters).
+  AdamW(std::vector<std::string> names, std::vector<at::Tensor> params, const OptimizerSection& options,
+        int64_t alignment = FlatLayout::kDefaultAlignment);
 
-  // With master weights: adds the model's current (low-precision) gradients into
-  // fp32 accumulators and releases them, so gradient accumulation over
-  // micro-batches sums in fp32. Call after each micro-batch's backward; a no-op
-  // without master weights.
+  // With master weights: adds what backward accumulated in the (model-dtype)
+  // gradient buffer since the last call into an fp32 accumulator (allocated on
+  // first use) and zeroes the buffer, in one pass, so that the micro-batches of a
+  // step are summed in fp32. The trainer calls it between micro-batches when
+  // optimizer.fp32_grad_accumulation is set. A no-op without master weights.
   void accumulate_gradients();
 
-  // Global L2 norm of all gradients, as torch.nn.utils.clip_grad_norm_ computes it;
-  // when max_norm > 0 the gradients are scaled by min(1, max_norm / (norm + 1e-6)).
-  // Stays on the device (no host synchronization). Call after backward, before step().
+  // The global L2 norm of the gradients (a device fp32 scalar, no host sync), as
+  // torch.nn.utils.clip_grad_norm_ defines it; when max_norm > 0 the clip
+  // coefficient min(1, max_norm / (norm + 1e-6)) is kept on the device and the
+  // next step() applies it inside its kernel. The gradients are not touched.
+  at::Tensor grad_norm(double max_norm);
+
+  // As grad_norm(), then the gradients themselves are scaled by the coefficient
+  // (one more pass over the buffer), like torch.nn.utils.clip_grad_norm_; the next
+  // step() applies no further scaling. The trainer uses grad_norm().
   at::Tensor clip_grad_norm(double max_norm);
 
-  // One update with learning rate `lr`; clears the gradients.
+  // One update with learning rate `lr`, then zero_grad().
   void step(double lr);
+  // Zeroes the gradient buffer (one memset; the .grad views stay) and the fp32
+  // accumulator if in use, and forgets a pending clip coefficient.
   void zero_grad();
 
   int64_t steps_taken() const { return steps_taken_; }
-  bool has_master_weights() const { return master_; }
+  bool has_master_weights() const { return master_weights_; }
 
   // Everything needed to continue bit-identically, keyed by
-  // "<kind>.<parameter name>" with kind in {weight, exp_avg, exp_avg_sq}.
-  // `weight` holds the master copy (or the parameter itself without master weights).
+  // "<kind>.<parameter name>" with kind in {weight, exp_avg, exp_avg_sq}: views of
+  // the flat buffers. `weight` is the fp32 master (or the parameter itself without
+  // master weights).
   std::vector<std::pair<std::string, at::Tensor>> state() const;
   // Restores state() output (tensors on any device; copied in place) and the step count.
   // `source` names where the tensors come from (the checkpoint file) in errors.
   void load_state(const std::vector<std::pair<std::string, at::Tensor>>& tensors, int64_t steps_taken,
                   const std::string& source = "optimizer state");
 
- private:
-  void gather_master_grads();
+  // The buffers, for tests and benchmarks: [layout total] each; master undefined
+  // without master weights; accumulator undefined until accumulate_gradients().
+  const FlatParameters& flat() const { return *flat_; }
+  const at::Tensor& master() const { return master_; }
+  const at::Tensor& exp_avg() const { return exp_avg_; }
+  const at::Tensor& exp_avg_sq() const { return exp_avg_sq_; }
+  const at::Tensor& accumulator() const { return accum_; }
 
+ private:
   std::vector<std::string> names_;
-  std::vector<at::Tensor> params_;     // the model's tensors
-  std::vector<at::Tensor> weights_;    // what AdamW updates: fp32 masters or params_
-  std::vector<at::Tensor> grads_;      // gradients matching weights_ (valid between clip and step)
-  std::vector<at::Tensor> accumulators_;  // fp32 gradient sums over micro-batches (master weights only)
-  std::vector<at::Tensor> exp_avg_, exp_avg_sq_;
-  at::Tensor step_tensor_;             // float scalar on the device, shared by all parameters
   OptimizerSection options_;
-  bool master_ = false;
+  std::unique_ptr<FlatParameters> flat_;
+  bool master_weights_ = false;
+  at::Tensor master_;               // fp32 masters (master weights only)
+  at::Tensor exp_avg_, exp_avg_sq_;  // fp32 with master weights, else the model dtype
+  at::Tensor accum_;                // fp32 gradient sums over micro-batches (accumulate_gradients)
+  bool accum_active_ = false;       // accum_ holds gradients of the current step
+  at::Tensor coef_;                 // the clip coefficient of the current step (device fp32 scalar)
+  bool coef_pending_ = false;       // step() must apply coef_
   int64_t steps_taken_ = 0;
 };
 

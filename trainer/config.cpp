@@ -356,6 +356,10 @@ const std::vector<KeyDef>& key_defs() {
              MEMBER(optimizer.weight_decay), 0.0, 10.0);
     t.boolean("optimizer.master_weights", "true: fp32 master weights and moments; false: pure model dtype",
               MEMBER(optimizer.master_weights));
+    t.boolean("optimizer.fp32_grad_accumulation",
+              "with master weights: sum the micro-batches' gradients in fp32 (4 more bytes per parameter, one "
+              "more pass per micro-batch) instead of in place in the model dtype",
+              MEMBER(optimizer.fp32_grad_accumulation));
     t.number("optimizer.grad_clip", "max global gradient L2 norm; 0 disables clipping", MEMBER(optimizer.grad_clip),
              0.0, 1e9);
     // schedule

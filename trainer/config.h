@@ -65,6 +65,9 @@ struct OptimizerSection {
   double weight_decay = 0.0;
   // fp32 master weights and moments next to low-precision model weights; false = pure model dtype.
   bool master_weights = true;
+  // With master weights: sum the micro-batches' gradients in fp32 (one more pass per
+  // micro-batch and 4 bytes per parameter) instead of in the model dtype, in place.
+  bool fp32_grad_accumulation = false;
   double grad_clip = 1.0;  // global L2 norm; 0 disables clipping
 };
 

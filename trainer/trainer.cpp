@@ -133,12 +133,17 @@ StepRecord Run::train_step(const data::TrainStep& ts) {
   const double denominator = static_cast<double>(ts.global_supervised);
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_.device));
   StepRecord rec;
+  // Backward adds every micro-batch's gradients into the optimizer's flat buffer
+  // in place; with fp32 accumulation they move into fp32 sums between micro-batches.
+  const bool fp32_sums = config_.optimizer.fp32_grad_accumulation && optimizer_->has_master_weights();
+  int64_t remaining = 0;
+  for (const auto& mb : ts.micro_batches) remaining += mb.num_tokens > 0;
   for (const auto& mb : ts.micro_batches) {
     if (mb.num_tokens == 0) continue;  // an empty slot at the end of an epoch
     const DeviceBatch b = to_device(mb, device_.device);
     const models::LossOutput out = model_.model->loss(b.input, b.labels);
     (out.loss_sum / denominator).backward();
-    optimizer_->accumulate_gradients();  // fp32 sums across micro-batches (master weights)
+    if (fp32_sums && --remaining > 0) optimizer_->accumulate_gradients();
     loss_sum += out.loss_sum.detach();
     rec.examples += b.num_examples;
     rec.tokens += b.num_tokens;
@@ -146,7 +151,8 @@ StepRecord Run::train_step(const data::TrainStep& ts) {
     rec.supervised += b.num_supervised;
   }
   const double lr = learning_rate(config_.schedule, config_.optimizer.lr, step_, total_steps_);
-  rec.grad_norm = optimizer_->clip_grad_norm(config_.optimizer.grad_clip);
+  // The norm and the clip coefficient stay on the device; step() applies the coefficient in its kernel.
+  rec.grad_norm = optimizer_->grad_norm(config_.optimizer.grad_clip);
   optimizer_->step(lr);
   ++step_;
   rec.step = step_;

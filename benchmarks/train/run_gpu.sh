@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # Training on the GPU machine (scripts/gpu-check.sh runs this with OUT set):
+#   0. one optimizer step (clip + AdamW + zero grads) with the flat buffers against
+#      the old per-parameter tensors (optimizer_bench), Llama-2-7B shape
+#      (FPTRAIN_TRAIN_BENCH=optimizer: only this);
 #   1. the demo (scripts/demo.sh): must pick CUDA and bf16 by itself;
 #   2. a Llama-3.2-1B-shaped model (random init, bf16 weights, fp32 masters),
 #      FLAN-like generated data, pack mode, 16k tokens per micro-batch: tokens/s,
@@ -7,7 +10,7 @@
 #      where they run, our kernels; plus torch-fa2 with activation checkpointing;
 #      and the peer baseline: a plain transformers loop with padded batches
 #      (hf_baseline.py) on the same model and data.
-# Results: $OUT/train-bench.json and $OUT/train-bench.md.
+# Results: $OUT/optimizer-bench.{json,md}, $OUT/train-bench.json and $OUT/train-bench.md.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 OUT=${OUT:-$ROOT/gpu-out}
@@ -18,6 +21,18 @@ PYTHON=/opt/torch/.venv/bin/python
 WORK=${FPTRAIN_BENCH_DIR:-/tmp/fptrain-train-bench}
 mkdir -p "$OUT" "$WORK"
 cd "$ROOT"
+
+echo "== optimizer step: flat buffers vs per-parameter tensors (optimizer_bench)"
+# Llama-2-7B needs about 126 GiB (H200); a smaller GPU gets the Llama-3.2-3B shape.
+mem_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+opt_shape=${FPTRAIN_OPTIMIZER_SHAPE:-$([ "${mem_mib:-0}" -ge 130000 ] && echo llama2-7b || echo llama3-3b)}
+if "$BUILD_DIR/benchmarks/optimizer_bench" --shape "$opt_shape" --out "$OUT" > "$OUT/optimizer-bench.log" 2>&1; then
+  cat "$OUT/optimizer-bench.md"
+else
+  echo "FAILED: optimizer_bench"; tail -20 "$OUT/optimizer-bench.log"
+fi
+# FPTRAIN_TRAIN_BENCH=optimizer: this part only (scripts/gpu-check.sh bench train).
+[ "${FPTRAIN_TRAIN_BENCH:-all}" = optimizer ] && exit 0
 
 echo "== demo"
 start=$(date +%s)

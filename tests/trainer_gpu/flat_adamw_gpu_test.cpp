@@ -1,0 +1,200 @@
+// The flat-buffer optimizer kernels (trainer/cuda/) against the CPU reference
+// path (trainer/flat_adamw.cpp) on random data: the AdamW step bit for bit
+// (bf16 and fp16 weights with fp32 masters, fp32 weights, bf16 without masters;
+// with and without an fp32 accumulator and a clip coefficient; 16-byte aligned
+// buffers and misaligned ones with a ragged end), the gradient norm to fp32
+// summation error and deterministic, the fp32 accumulation bit for bit; and an
+// AdamW over CUDA parameters equal to one over the same parameters on the CPU.
+#include "trainer/adamw.h"
+#include "trainer/flat_adamw.h"
+
+#include <c10/core/GradMode.h>
+#include <gtest/gtest.h>
+
+namespace fptrain::trainer {
+namespace {
+
+const at::Device kCuda(at::kCUDA, 0);
+
+void require_kernels() {
+  ASSERT_TRUE(at::hasCUDA());
+  ASSERT_TRUE(flat::cuda_kernels_built()) << "built without FPTRAIN_CUDA: the ATen fallback runs instead";
+}
+
+struct Buffers {
+  at::Tensor weights, master, exp_avg, exp_avg_sq, grads, accum, coef;
+  int64_t offset = 0;  // elements between each buffer's allocation and its start
+
+  // A copy on `d`, each 1-D buffer as far into its allocation as here.
+  Buffers to(const at::Device& d) const {
+    auto move = [&](const at::Tensor& t) {
+      if (!t.defined()) return t;
+      if (t.dim() == 0) return t.to(d);
+      at::Tensor out = at::empty({t.numel() + offset}, t.options().device(d)).narrow(0, offset, t.numel());
+      out.copy_(t);
+      return out;
+    };
+    return {move(weights), move(master), move(exp_avg), move(exp_avg_sq), move(grads), move(accum), move(coef),
+            offset};
+  }
+};
+
+// n elements starting `offset` elements into their allocations (offset 1: not 16-byte aligned).
+Buffers random_buffers(at::ScalarType dtype, bool master, bool accum, bool clip, int64_t n, int64_t offset,
+                       uint64_t seed) {
+  at::manual_seed(seed);
+  auto make = [&](at::ScalarType t, double scale, bool positive) {
+    at::Tensor x = at::randn({n + offset}) * scale;
+    if (positive) x = x.abs();
+    return x.to(t).narrow(0, offset, n);
+  };
+  const at::ScalarType moments = master ? at::kFloat : dtype;
+  Buffers b;
+  b.offset = offset;
+  b.weights = make(dtype, 1.0, false);
+  if (master) {  // near the weights, not just their rounding
+    b.master = make(at::kFloat, 1e-3, false);
+    b.master.add_(b.weights.to(at::kFloat));
+  }
+  b.exp_avg = make(moments, 0.1, false);
+  b.exp_avg_sq = make(moments, 0.01, true);
+  b.grads = make(dtype, 1.0, false);
+  if (accum) b.accum = make(at::kFloat, 1.0, false);
+  if (clip) b.coef = at::full({}, 0.37f, at::kFloat);
+  return b;
+}
+
+void expect_bitwise(const at::Tensor& gpu, const at::Tensor& cpu, const std::string& what) {
+  if (!cpu.defined()) return;
+  const at::Tensor g = gpu.cpu();
+  EXPECT_TRUE(at::equal(g, cpu)) << what << ": "
+                                 << (g.to(at::kDouble) - cpu.to(at::kDouble)).abs().max().item<double>()
+                                 << " max difference, " << g.ne(cpu).sum().item<int64_t>() << " elements differ";
+}
+
+TEST(TrainFlatAdamWGpu, StepEqualsTheCpuReferenceBitForBit) {
+  require_kernels();
+  struct Variant {
+    at::ScalarType dtype;
+    bool master;
+  };
+  const Variant variants[] = {{at::kBFloat16, true}, {at::kHalf, true}, {at::kFloat, false}, {at::kBFloat16, false}};
+  flat::AdamWHyper h;
+  h.lr = 3e-3;
+  h.beta1 = 0.9;
+  h.beta2 = 0.95;
+  h.weight_decay = 0.1;
+  h.step = 7;
+  uint64_t seed = 1;
+  for (const Variant& v : variants)
+    for (bool accum : {false, true})
+      for (bool clip : {false, true})
+        for (int64_t offset : {0, 1}) {
+          const int64_t n = (1 << 20) + 13;
+          const std::string what = std::string(c10::toString(v.dtype)) + (v.master ? " + fp32 master" : "") +
+                                   (accum ? ", accumulator" : "") + (clip ? ", clipped" : "") +
+                                   (offset ? ", misaligned" : "");
+          const Buffers cpu = random_buffers(v.dtype, v.master, accum, clip, n, offset, seed++);
+          const Buffers gpu = cpu.to(kCuda);
+          flat::adamw_step(cpu.weights, cpu.master, cpu.exp_avg, cpu.exp_avg_sq, cpu.grads, cpu.accum, cpu.coef, h);
+          flat::adamw_step(gpu.weights, gpu.master, gpu.exp_avg, gpu.exp_avg_sq, gpu.grads, gpu.accum, gpu.coef, h);
+          expect_bitwise(gpu.weights, cpu.weights, what + ": weights");
+          expect_bitwise(gpu.master, cpu.master, what + ": master");
+          expect_bitwise(gpu.exp_avg, cpu.exp_avg, what + ": exp_avg");
+          expect_bitwise(gpu.exp_avg_sq, cpu.exp_avg_sq, what + ": exp_avg_sq");
+        }
+}
+
+TEST(TrainFlatAdamWGpu, GradNormMatchesTheCpuAndIsDeterministic) {
+  require_kernels();
+  for (at::ScalarType dtype : {at::kBFloat16, at::kFloat})
+    for (bool accum : {false, true})
+      for (int64_t offset : {0, 1}) {
+        const int64_t n = (3 << 20) + 5;
+        const Buffers cpu = random_buffers(dtype, true, accum, false, n, offset, 40 + offset);
+        const Buffers gpu = cpu.to(kCuda);
+        auto scalar = [](const at::Device& d) { return at::empty({}, at::TensorOptions().dtype(at::kFloat).device(d)); };
+        at::Tensor cn = scalar(at::kCPU), cc = scalar(at::kCPU), gn = scalar(kCuda), gc = scalar(kCuda);
+        at::Tensor gn2 = scalar(kCuda), gc2 = scalar(kCuda);
+        flat::grad_norm(cpu.grads, cpu.accum, 1.0, cn, cc);
+        flat::grad_norm(gpu.grads, gpu.accum, 1.0, gn, gc);
+        flat::grad_norm(gpu.grads, gpu.accum, 1.0, gn2, gc2);
+        at::Tensor x = cpu.grads.to(at::kDouble);
+        if (accum) x = x + cpu.accum.to(at::kDouble);
+        const double exact = x.norm().item<double>();
+        EXPECT_NEAR(gn.item<double>(), exact, 1e-6 * exact) << c10::toString(dtype) << " accum " << accum;
+        EXPECT_NEAR(cn.item<double>(), exact, 1e-6 * exact);
+        EXPECT_EQ(gn.item<float>(), gn2.item<float>()) << "the same sum twice";
+        EXPECT_EQ(gc.item<float>(), gc2.item<float>());
+        // The coefficient is computed on the device from the device norm, as the CPU does from its own.
+        EXPECT_FLOAT_EQ(gc.item<float>(), 1.0f / (gn.item<float>() + 1e-6f));
+        EXPECT_FLOAT_EQ(cc.item<float>(), 1.0f / (cn.item<float>() + 1e-6f));
+      }
+  // No clipping below the threshold, and none when max_norm is 0.
+  const at::Tensor g = at::full({1000}, 1e-3f, at::TensorOptions().device(kCuda));
+  at::Tensor n = at::empty({}, g.options()), c = at::empty({}, g.options());
+  flat::grad_norm(g, {}, 1.0, n, c);
+  EXPECT_EQ(c.item<float>(), 1.0f);
+  flat::grad_norm(g * 1e6, {}, 0.0, n, c);
+  EXPECT_EQ(c.item<float>(), 1.0f);
+}
+
+TEST(TrainFlatAdamWGpu, AccumulateEqualsTheCpuReference) {
+  require_kernels();
+  for (at::ScalarType dtype : {at::kBFloat16, at::kHalf, at::kFloat})
+    for (int64_t offset : {0, 1}) {
+      const Buffers cpu = random_buffers(dtype, true, true, false, (1 << 18) + 3, offset, 70);
+      const Buffers gpu = cpu.to(kCuda);
+      flat::accumulate(cpu.accum, cpu.grads);
+      flat::accumulate(gpu.accum, gpu.grads);
+      expect_bitwise(gpu.accum, cpu.accum, std::string(c10::toString(dtype)) + " accumulator");
+      EXPECT_EQ(gpu.grads.count_nonzero().item<int64_t>(), 0);
+    }
+}
+
+// The whole optimizer: three steps of two micro-batches (summed in fp32) of an
+// AdamW over bf16 CUDA parameters equal those of one over the same CPU
+// parameters, bit for bit. (No clipping here: the GPU's norm may differ from the
+// CPU's in the last bit, which the coefficient would carry into every element.)
+TEST(TrainFlatAdamWGpu, AdamWOnCudaEqualsAdamWOnCpu) {
+  require_kernels();
+  const std::vector<std::string> names = {"a", "b", "c"};
+  const std::vector<std::vector<int64_t>> shapes = {{257, 33}, {1000}, {7, 9}};
+  std::vector<at::Tensor> cpu_params, gpu_params;
+  at::manual_seed(5);
+  for (const auto& s : shapes) {
+    cpu_params.push_back(at::randn(s).to(at::kBFloat16).requires_grad_(true));
+    gpu_params.push_back(cpu_params.back().detach().to(kCuda).requires_grad_(true));
+  }
+  OptimizerSection o;
+  o.weight_decay = 0.1;
+  AdamW cpu(names, cpu_params, o), gpu(names, gpu_params, o);
+  for (int step = 0; step < 3; ++step) {
+    for (int mb = 0; mb < 2; ++mb) {
+      at::manual_seed(100 + 2 * step + mb);
+      std::vector<at::Tensor> grads;
+      for (const auto& s : shapes) grads.push_back(at::randn(s).to(at::kBFloat16) * 3);
+      {
+        c10::NoGradGuard no_grad;
+        for (size_t i = 0; i < grads.size(); ++i) {
+          cpu_params[i].grad().add_(grads[i]);  // as AccumulateGrad does, into the views
+          gpu_params[i].grad().add_(grads[i].to(kCuda));
+        }
+      }
+      if (mb == 0) {
+        cpu.accumulate_gradients();
+        gpu.accumulate_gradients();
+      }
+    }
+    const float cn = cpu.grad_norm(0.0).item<float>(), gn = gpu.grad_norm(0.0).item<float>();
+    EXPECT_NEAR(gn, cn, 1e-6 * cn);
+    cpu.step(1e-2);
+    gpu.step(1e-2);
+  }
+  const auto cs = cpu.state(), gs = gpu.state();
+  for (size_t i = 0; i < cs.size(); ++i) expect_bitwise(gs[i].second, cs[i].second, cs[i].first);
+  for (size_t i = 0; i < names.size(); ++i) expect_bitwise(gpu_params[i].detach(), cpu_params[i].detach(), names[i]);
+}
+
+}  // namespace
+}  // namespace fptrain::trainer

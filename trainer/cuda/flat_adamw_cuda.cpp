@@ -1,0 +1,94 @@
+// The ATen side of the flat-buffer kernels: the current stream, the scratch
+// buffers of the norm kernel, dtype mapping. Compiled only with FPTRAIN_CUDA.
+#include "trainer/cuda/flat_adamw_cuda.h"
+
+#include "trainer/cuda/flat_adamw_kernels.h"
+
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <mutex>
+#include <stdexcept>
+#include <unordered_map>
+
+namespace fptrain::trainer::cuda {
+namespace {
+
+Dtype dtype_of(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return Dtype::kFloat32;
+    case at::kBFloat16: return Dtype::kBFloat16;
+    case at::kHalf: return Dtype::kFloat16;
+    default: throw std::invalid_argument("trainer/cuda: unsupported dtype " + std::string(c10::toString(t.scalar_type())));
+  }
+}
+
+template <typename T>
+T* ptr_or_null(const at::Tensor& t) {
+  return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr;
+}
+
+// Per device: kNormMaxBlocks partial sums and the zeroed counter of the last-block
+// reduction. The kernel leaves the counter zeroed, so it is set once.
+struct NormScratch {
+  at::Tensor partials;
+  at::Tensor counter;
+};
+
+NormScratch& norm_scratch(const at::Device& device) {
+  static std::mutex mutex;
+  static std::unordered_map<int, NormScratch> by_device;
+  std::lock_guard<std::mutex> lock(mutex);
+  NormScratch& s = by_device[device.index()];
+  if (!s.partials.defined()) {
+    const auto opts = at::TensorOptions().device(device);
+    s.partials = at::empty({kNormMaxBlocks}, opts.dtype(at::kFloat));
+    s.counter = at::zeros({1}, opts.dtype(at::kInt));
+  }
+  return s;
+}
+
+}  // namespace
+
+void grad_norm(const at::Tensor& grads, const at::Tensor& accum, double max_norm, const at::Tensor& norm,
+               const at::Tensor& coef) {
+  const c10::cuda::CUDAGuard guard(grads.device());
+  NormScratch& scratch = norm_scratch(grads.device());
+  NormArgs a;
+  a.dtype = dtype_of(grads);
+  a.grads = grads.data_ptr();
+  a.accum = ptr_or_null<const float>(accum);
+  a.n = grads.numel();
+  a.max_norm = static_cast<float>(max_norm);
+  a.norm = norm.data_ptr<float>();
+  a.coef = coef.data_ptr<float>();
+  a.partials = scratch.partials.data_ptr<float>();
+  a.counter = reinterpret_cast<unsigned*>(scratch.counter.data_ptr<int>());
+  flat_grad_norm(a, at::cuda::getCurrentCUDAStream());
+}
+
+void adamw_step(const at::Tensor& weights, const at::Tensor& master, const at::Tensor& exp_avg,
+                const at::Tensor& exp_avg_sq, const at::Tensor& grads, const at::Tensor& accum,
+                const at::Tensor& coef, const flat::AdamWScalars& scalars) {
+  const c10::cuda::CUDAGuard guard(weights.device());
+  StepArgs a;
+  a.dtype = dtype_of(weights);
+  a.weights = weights.data_ptr();
+  a.master = ptr_or_null<float>(master);
+  a.exp_avg = exp_avg.data_ptr();
+  a.exp_avg_sq = exp_avg_sq.data_ptr();
+  a.grads = grads.data_ptr();
+  a.accum = ptr_or_null<const float>(accum);
+  a.coef = ptr_or_null<const float>(coef);
+  a.n = weights.numel();
+  a.scalars = scalars;
+  flat_adamw_step(a, at::cuda::getCurrentCUDAStream());
+}
+
+void accumulate(const at::Tensor& accum, const at::Tensor& grads) {
+  const c10::cuda::CUDAGuard guard(grads.device());
+  flat_accumulate(accum.data_ptr<float>(), grads.data_ptr(), dtype_of(grads), grads.numel(),
+                  at::cuda::getCurrentCUDAStream());
+}
+
+}  // namespace fptrain::trainer::cuda

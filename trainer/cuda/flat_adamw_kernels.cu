@@ -1,0 +1,320 @@
+// The flat-buffer optimizer kernels (see flat_adamw_kernels.h). Each is one pass
+// over memory: a thread handles 8 consecutive elements with 16-byte loads and
+// stores (a scalar variant serves buffers that are not 16-byte aligned), and the
+// per-element arithmetic is trainer/flat_adamw_math.h, shared with the CPU path.
+#include "trainer/cuda/flat_adamw_kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+namespace fptrain::trainer::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kVec = 8;  // elements per thread in the vector variants
+
+void check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string("trainer/cuda: ") + what + ": " + cudaGetErrorString(err));
+}
+
+bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// ---- element conversions ---------------------------------------------------
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+
+// ---- 8 elements at a time (16-byte aligned) ---------------------------------
+__device__ __forceinline__ void load8(const float* p, float out[8]) {
+  const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+  out[0] = a.x; out[1] = a.y; out[2] = a.z; out[3] = a.w;
+  out[4] = b.x; out[5] = b.y; out[6] = b.z; out[7] = b.w;
+}
+template <typename H>  // __nv_bfloat16 or __half: 8 of them are one 16-byte load
+__device__ __forceinline__ void load8(const H* p, float out[8]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const H* h = reinterpret_cast<const H*>(&raw);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) out[k] = to_float(h[k]);
+}
+__device__ __forceinline__ void store8(float* p, const float in[8]) {
+  reinterpret_cast<float4*>(p)[0] = make_float4(in[0], in[1], in[2], in[3]);
+  reinterpret_cast<float4*>(p)[1] = make_float4(in[4], in[5], in[6], in[7]);
+}
+template <typename H>
+__device__ __forceinline__ void store8(H* p, const float in[8]) {
+  uint4 raw;
+  H* h = reinterpret_cast<H*>(&raw);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) h[k] = from_float<H>(in[k]);
+  *reinterpret_cast<uint4*>(p) = raw;
+}
+__device__ __forceinline__ void store8_zero(void* p, int element_bytes) {
+  // 8 elements of 2 bytes = one uint4; of 4 bytes = two.
+  reinterpret_cast<uint4*>(p)[0] = make_uint4(0, 0, 0, 0);
+  if (element_bytes == 4) reinterpret_cast<uint4*>(p)[1] = make_uint4(0, 0, 0, 0);
+}
+
+// ---- the AdamW step ---------------------------------------------------------
+template <typename P, bool kMaster, bool kAccum>
+__device__ __forceinline__ void step_one(const StepArgs& a, int64_t i, float coef) {
+  using M = std::conditional_t<kMaster, float, P>;
+  P* weights = static_cast<P*>(a.weights);
+  M* exp_avg = static_cast<M*>(a.exp_avg);
+  M* exp_avg_sq = static_cast<M*>(a.exp_avg_sq);
+  const float graw = to_float(static_cast<const P*>(a.grads)[i]);
+  const float g = kAccum ? flat::effective_grad(a.accum[i], graw, coef) : flat::effective_grad(graw, coef);
+  float w = kMaster ? a.master[i] : to_float(weights[i]);
+  float m = to_float(exp_avg[i]), v = to_float(exp_avg_sq[i]);
+  flat::adamw_element(g, w, m, v, a.scalars);
+  exp_avg[i] = from_float<M>(m);
+  exp_avg_sq[i] = from_float<M>(v);
+  if (kMaster) a.master[i] = w;
+  weights[i] = from_float<P>(w);
+}
+
+template <typename P, bool kMaster, bool kAccum>
+__device__ __forceinline__ void step_eight(const StepArgs& a, int64_t i, float coef) {
+  using M = std::conditional_t<kMaster, float, P>;
+  P* weights = static_cast<P*>(a.weights);
+  M* exp_avg = static_cast<M*>(a.exp_avg);
+  M* exp_avg_sq = static_cast<M*>(a.exp_avg_sq);
+  float g[8], w[8], m[8], v[8];
+  load8(static_cast<const P*>(a.grads) + i, g);
+  if (kAccum) {
+    float acc[8];
+    load8(a.accum + i, acc);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) g[k] = flat::effective_grad(acc[k], g[k], coef);
+  } else {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) g[k] = flat::effective_grad(g[k], coef);
+  }
+  if (kMaster) load8(a.master + i, w);
+  else load8(weights + i, w);
+  load8(exp_avg + i, m);
+  load8(exp_avg_sq + i, v);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) flat::adamw_element(g[k], w[k], m[k], v[k], a.scalars);
+  store8(exp_avg + i, m);
+  store8(exp_avg_sq + i, v);
+  if (kMaster) store8(a.master + i, w);
+  store8(weights + i, w);
+}
+
+// Thread t handles elements [8t, 8t+8) (vector) or element t (scalar); in the
+// vector variant one more thread takes the n % 8 elements at the end.
+template <typename P, bool kMaster, bool kAccum, bool kVector>
+__global__ void __launch_bounds__(kThreads) adamw_step_kernel(StepArgs a) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const float coef = a.coef ? *a.coef : 1.0f;
+  if (!kVector) {
+    if (t < a.n) step_one<P, kMaster, kAccum>(a, t, coef);
+    return;
+  }
+  const int64_t groups = a.n / kVec;
+  if (t < groups) {
+    step_eight<P, kMaster, kAccum>(a, t * kVec, coef);
+  } else if (t == groups) {
+    for (int64_t i = groups * kVec; i < a.n; ++i) step_one<P, kMaster, kAccum>(a, i, coef);
+  }
+}
+
+template <typename P, bool kMaster, bool kAccum>
+void launch_step(const StepArgs& a, cudaStream_t stream) {
+  const bool vector = aligned16(a.weights) && aligned16(a.master) && aligned16(a.exp_avg) &&
+                      aligned16(a.exp_avg_sq) && aligned16(a.grads) && aligned16(a.accum);
+  const int64_t threads = vector ? a.n / kVec + 1 : a.n;
+  const int64_t blocks = (threads + kThreads - 1) / kThreads;
+  if (vector) adamw_step_kernel<P, kMaster, kAccum, true><<<blocks, kThreads, 0, stream>>>(a);
+  else adamw_step_kernel<P, kMaster, kAccum, false><<<blocks, kThreads, 0, stream>>>(a);
+  check(cudaGetLastError(), "flat AdamW step launch");
+}
+
+template <typename P>
+void dispatch_step(const StepArgs& a, cudaStream_t stream) {
+  const bool master = a.master != nullptr, accum = a.accum != nullptr;
+  if constexpr (std::is_same_v<P, float>) {
+    if (master) throw std::invalid_argument("trainer/cuda: fp32 master weights for fp32 weights");
+    if (accum) launch_step<P, false, true>(a, stream);
+    else launch_step<P, false, false>(a, stream);
+  } else {
+    if (master && accum) launch_step<P, true, true>(a, stream);
+    else if (master) launch_step<P, true, false>(a, stream);
+    else if (accum) launch_step<P, false, true>(a, stream);
+    else launch_step<P, false, false>(a, stream);
+  }
+}
+
+// ---- the gradient norm ------------------------------------------------------
+template <typename T>
+__device__ __forceinline__ T warp_sum(T x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_down_sync(0xffffffffu, x, o);
+  return x;
+}
+
+// The sum over the block, valid in thread 0 (a fixed tree: deterministic).
+template <typename T>
+__device__ __forceinline__ T block_sum(T x) {
+  __shared__ T warps[kThreads / 32];
+  x = warp_sum(x);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) warps[warp] = x;
+  __syncthreads();
+  T total = 0;
+  if (warp == 0) {
+    total = lane < kThreads / 32 ? warps[lane] : T(0);
+    total = warp_sum(total);
+  }
+  __syncthreads();  // warps[] may be reused by a later call
+  return total;
+}
+
+template <typename P, bool kAccum, bool kVector>
+__global__ void __launch_bounds__(kThreads) grad_norm_kernel(NormArgs a) {
+  const P* grads = static_cast<const P*>(a.grads);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  float sum = 0.0f;
+  int64_t scalar_from = 0;
+  if (kVector) {
+    const int64_t groups = a.n / kVec;
+    for (int64_t u = t; u < groups; u += stride) {
+      float g[8];
+      load8(grads + u * kVec, g);
+      if (kAccum) {
+        float acc[8];
+        load8(a.accum + u * kVec, acc);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) g[k] += acc[k];
+      }
+#pragma unroll
+      for (int k = 0; k < 8; ++k) sum = fmaf(g[k], g[k], sum);
+    }
+    scalar_from = groups * kVec;
+  }
+  for (int64_t i = scalar_from + t; i < a.n; i += stride) {
+    const float x = to_float(grads[i]) + (kAccum ? a.accum[i] : 0.0f);
+    sum = fmaf(x, x, sum);
+  }
+  const float block_total = block_sum(sum);
+
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    a.partials[blockIdx.x] = block_total;
+    __threadfence();  // the partial is visible before the counter says so
+    last = atomicAdd(a.counter, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  // The last block adds the partials in index order, in double.
+  __threadfence();
+  double d = 0.0;
+  for (unsigned b = threadIdx.x; b < gridDim.x; b += blockDim.x)
+    d += static_cast<double>(__ldcg(a.partials + b));
+  const double total = block_sum(d);
+  if (threadIdx.x == 0) {
+    const float norm = static_cast<float>(sqrt(total));
+    a.norm[0] = norm;
+    a.coef[0] = flat::clip_coefficient(norm, a.max_norm);
+    *a.counter = 0u;
+  }
+}
+
+template <typename P>
+void launch_norm(const NormArgs& a, cudaStream_t stream) {
+  const bool vector = aligned16(a.grads) && aligned16(a.accum);
+  const int64_t units = vector ? a.n / kVec : a.n;
+  int64_t blocks = (units + kThreads - 1) / kThreads;
+  blocks = blocks < 1 ? 1 : blocks > kNormMaxBlocks ? kNormMaxBlocks : blocks;
+  if (a.accum) {
+    if (vector) grad_norm_kernel<P, true, true><<<blocks, kThreads, 0, stream>>>(a);
+    else grad_norm_kernel<P, true, false><<<blocks, kThreads, 0, stream>>>(a);
+  } else {
+    if (vector) grad_norm_kernel<P, false, true><<<blocks, kThreads, 0, stream>>>(a);
+    else grad_norm_kernel<P, false, false><<<blocks, kThreads, 0, stream>>>(a);
+  }
+  check(cudaGetLastError(), "flat gradient norm launch");
+}
+
+// ---- fp32 accumulation -------------------------------------------------------
+template <typename P, bool kVector>
+__global__ void __launch_bounds__(kThreads) accumulate_kernel(float* accum, P* grads, int64_t n) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (kVector) {
+    const int64_t groups = n / kVec;
+    if (t < groups) {
+      float acc[8], g[8];
+      load8(accum + t * kVec, acc);
+      load8(grads + t * kVec, g);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) acc[k] = flat::f_add(acc[k], g[k]);
+      store8(accum + t * kVec, acc);
+      store8_zero(grads + t * kVec, sizeof(P));
+    } else if (t == groups) {
+      for (int64_t i = groups * kVec; i < n; ++i) {
+        accum[i] = flat::f_add(accum[i], to_float(grads[i]));
+        grads[i] = from_float<P>(0.0f);
+      }
+    }
+  } else if (t < n) {
+    accum[t] = flat::f_add(accum[t], to_float(grads[t]));
+    grads[t] = from_float<P>(0.0f);
+  }
+}
+
+template <typename P>
+void launch_accumulate(float* accum, void* grads, int64_t n, cudaStream_t stream) {
+  const bool vector = aligned16(accum) && aligned16(grads);
+  const int64_t threads = vector ? n / kVec + 1 : n;
+  const int64_t blocks = (threads + kThreads - 1) / kThreads;
+  if (vector) accumulate_kernel<P, true><<<blocks, kThreads, 0, stream>>>(accum, static_cast<P*>(grads), n);
+  else accumulate_kernel<P, false><<<blocks, kThreads, 0, stream>>>(accum, static_cast<P*>(grads), n);
+  check(cudaGetLastError(), "flat gradient accumulation launch");
+}
+
+}  // namespace
+
+void flat_adamw_step(const StepArgs& a, cudaStream_t stream) {
+  if (a.n == 0) return;
+  switch (a.dtype) {
+    case Dtype::kFloat32: return dispatch_step<float>(a, stream);
+    case Dtype::kBFloat16: return dispatch_step<__nv_bfloat16>(a, stream);
+    case Dtype::kFloat16: return dispatch_step<__half>(a, stream);
+  }
+}
+
+void flat_grad_norm(const NormArgs& a, cudaStream_t stream) {
+  switch (a.dtype) {
+    case Dtype::kFloat32: return launch_norm<float>(a, stream);
+    case Dtype::kBFloat16: return launch_norm<__nv_bfloat16>(a, stream);
+    case Dtype::kFloat16: return launch_norm<__half>(a, stream);
+  }
+}
+
+void flat_accumulate(float* accum, void* grads, Dtype dtype, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  switch (dtype) {
+    case Dtype::kFloat32: return launch_accumulate<float>(accum, grads, n, stream);
+    case Dtype::kBFloat16: return launch_accumulate<__nv_bfloat16>(accum, grads, n, stream);
+    case Dtype::kFloat16: return launch_accumulate<__half>(accum, grads, n, stream);
+  }
+}
+
+}  // namespace fptrain::trainer::cuda

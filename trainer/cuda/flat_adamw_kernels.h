@@ -1,0 +1,58 @@
+// CUDA kernels over the optimizer's flat buffers (trainer/flat_layout.h): the
+// global gradient norm with the clip coefficient, the AdamW step, and the fp32
+// gradient accumulation. Raw pointers and a stream; trainer/flat_adamw.cpp
+// checks the tensors and calls these. Free of LibTorch.
+#pragma once
+
+#include "trainer/flat_adamw_math.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace fptrain::trainer::cuda {
+
+enum class Dtype { kFloat32, kBFloat16, kFloat16 };
+
+// One AdamW step over n elements. With `master` (fp32), the update runs on the
+// master and its rounding is written to `weights` (model dtype); moments are fp32.
+// Without it the update runs on `weights` in place and the moments have the
+// model dtype. `accum` (fp32, optional) is added to `grads` first; `coef`
+// (a device fp32 scalar, optional) scales the gradient (the clip coefficient).
+struct StepArgs {
+  Dtype dtype = Dtype::kBFloat16;
+  void* weights = nullptr;
+  float* master = nullptr;
+  void* exp_avg = nullptr;
+  void* exp_avg_sq = nullptr;
+  const void* grads = nullptr;
+  const float* accum = nullptr;
+  const float* coef = nullptr;
+  int64_t n = 0;
+  flat::AdamWScalars scalars;
+};
+void flat_adamw_step(const StepArgs& args, cudaStream_t stream);
+
+// The L2 norm of (accum + grads) over n elements, summed in fp32 per thread and
+// per block and in double across blocks, in a fixed order (deterministic), in
+// one launch: the last block to finish writes norm[0] = the norm and
+// coef[0] = clip_coefficient(norm, max_norm). `partials` holds kNormMaxBlocks
+// floats and `counter` one zeroed unsigned, which the kernel leaves zeroed.
+constexpr int kNormMaxBlocks = 1024;
+struct NormArgs {
+  Dtype dtype = Dtype::kBFloat16;
+  const void* grads = nullptr;
+  const float* accum = nullptr;
+  int64_t n = 0;
+  float max_norm = 0.0f;
+  float* norm = nullptr;
+  float* coef = nullptr;
+  float* partials = nullptr;
+  unsigned* counter = nullptr;
+};
+void flat_grad_norm(const NormArgs& args, cudaStream_t stream);
+
+// accum += grads; grads = 0 (one pass; n elements).
+void flat_accumulate(float* accum, void* grads, Dtype dtype, int64_t n, cudaStream_t stream);
+
+}  // namespace fptrain::trainer::cuda

@@ -1,0 +1,267 @@
+// CPU reference of the flat-buffer optimizer operations, and the dispatch to the
+// CUDA kernels. Compiled with -ffp-contract=off (trainer/CMakeLists.txt): the
+// per-element arithmetic must round exactly as written in flat_adamw_math.h.
+#include "trainer/flat_adamw.h"
+
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#ifdef FPTRAIN_TRAINER_CUDA_KERNELS
+#include "trainer/cuda/flat_adamw_cuda.h"
+#endif
+
+#include <array>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace fptrain::trainer::flat {
+namespace {
+
+constexpr int64_t kStepGrain = 1 << 14;
+constexpr int64_t kNormChunk = 1 << 14;  // fixed, so the CPU sum does not depend on the thread count
+
+void check_buffer(const at::Tensor& t, const char* what, const at::Tensor& like) {
+  if (!t.defined()) throw std::invalid_argument(std::string("flat optimizer: ") + what + " is undefined");
+  if (t.dim() != 1 || !t.is_contiguous() || t.numel() != like.numel() || t.device() != like.device())
+    throw std::invalid_argument(std::string("flat optimizer: ") + what +
+                                " must be a contiguous 1-D buffer of the gradient buffer's length and device");
+}
+
+void check_dtype(const at::Tensor& t, at::ScalarType expected, const char* what) {
+  if (t.scalar_type() != expected)
+    throw std::invalid_argument(std::string("flat optimizer: ") + what + " must be " + c10::toString(expected) +
+                                ", not " + c10::toString(t.scalar_type()));
+}
+
+void check_model_dtype(const at::Tensor& t) {
+  const auto s = t.scalar_type();
+  if (s != at::kFloat && s != at::kBFloat16 && s != at::kHalf)
+    throw std::invalid_argument(std::string("flat optimizer: unsupported model dtype ") + c10::toString(s));
+}
+
+template <typename F>
+void dispatch_model_dtype(at::ScalarType s, F&& f) {
+  switch (s) {
+    case at::kFloat: f(float{}); return;
+    case at::kBFloat16: f(c10::BFloat16{}); return;
+    case at::kHalf: f(c10::Half{}); return;
+    default: throw std::invalid_argument(std::string("flat optimizer: unsupported dtype ") + c10::toString(s));
+  }
+}
+
+// ---- CPU reference -----------------------------------------------------------
+
+template <typename P>
+void cpu_grad_norm(const at::Tensor& grads, const at::Tensor& accum, double max_norm, const at::Tensor& norm,
+                   const at::Tensor& coef) {
+  const P* g = grads.data_ptr<P>();
+  const float* acc = accum.defined() ? accum.data_ptr<float>() : nullptr;
+  const int64_t n = grads.numel();
+  const int64_t chunks = (n + kNormChunk - 1) / kNormChunk;
+  std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
+  at::parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t begin = c * kNormChunk, end = std::min(n, begin + kNormChunk);
+      std::array<float, 16> lanes{};  // 16 independent sums: the compiler vectorizes them
+      int64_t i = begin;
+      for (; i + 16 <= end; i += 16)
+        for (size_t k = 0; k < 16; ++k) {
+          const float x = static_cast<float>(g[i + static_cast<int64_t>(k)]) +
+                          (acc ? acc[i + static_cast<int64_t>(k)] : 0.0f);
+          lanes[k] += x * x;
+        }
+      for (; i < end; ++i) {
+        const float x = static_cast<float>(g[i]) + (acc ? acc[i] : 0.0f);
+        lanes[0] += x * x;
+      }
+      double s = 0.0;
+      for (float l : lanes) s += l;
+      partial[static_cast<size_t>(c)] = s;
+    }
+  });
+  double total = 0.0;
+  for (double p : partial) total += p;
+  const float n2 = static_cast<float>(std::sqrt(total));
+  norm.data_ptr<float>()[0] = n2;
+  coef.data_ptr<float>()[0] = clip_coefficient(n2, static_cast<float>(max_norm));
+}
+
+template <typename P, bool kMaster>
+void cpu_step(const at::Tensor& weights, const at::Tensor& master, const at::Tensor& exp_avg,
+              const at::Tensor& exp_avg_sq, const at::Tensor& grads, const at::Tensor& accum, const at::Tensor& coef,
+              const AdamWScalars& s) {
+  using M = std::conditional_t<kMaster, float, P>;
+  P* w_model = weights.data_ptr<P>();
+  float* w_master = kMaster ? master.data_ptr<float>() : nullptr;
+  M* m_ptr = exp_avg.data_ptr<M>();
+  M* v_ptr = exp_avg_sq.data_ptr<M>();
+  const P* g_ptr = grads.data_ptr<P>();
+  const float* acc = accum.defined() ? accum.data_ptr<float>() : nullptr;
+  const float c = coef.defined() ? coef.data_ptr<float>()[0] : 1.0f;
+  at::parallel_for(0, weights.numel(), kStepGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float graw = static_cast<float>(g_ptr[i]);
+      const float g = acc ? effective_grad(acc[i], graw, c) : effective_grad(graw, c);
+      float w = kMaster ? w_master[i] : static_cast<float>(w_model[i]);
+      float m = static_cast<float>(m_ptr[i]), v = static_cast<float>(v_ptr[i]);
+      adamw_element(g, w, m, v, s);
+      m_ptr[i] = static_cast<M>(m);
+      v_ptr[i] = static_cast<M>(v);
+      if constexpr (kMaster) w_master[i] = w;
+      w_model[i] = static_cast<P>(w);
+    }
+  });
+}
+
+template <typename P>
+void cpu_accumulate(const at::Tensor& accum, const at::Tensor& grads) {
+  float* acc = accum.data_ptr<float>();
+  P* g = grads.data_ptr<P>();
+  at::parallel_for(0, grads.numel(), kStepGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      acc[i] = acc[i] + static_cast<float>(g[i]);
+      g[i] = P(0.0f);
+    }
+  });
+}
+
+// ---- ATen fallback for CUDA tensors in a build without our kernels ------------
+
+void aten_grad_norm(const at::Tensor& grads, const at::Tensor& accum, double max_norm, const at::Tensor& norm,
+                    const at::Tensor& coef) {
+  at::Tensor x = grads.to(at::kFloat);
+  if (accum.defined()) x = x + accum;
+  const at::Tensor total = at::linalg_vector_norm(x, 2);
+  norm.copy_(total.reshape(norm.sizes()));
+  if (max_norm > 0) coef.copy_(at::clamp_max(max_norm / (total + 1e-6), 1.0).reshape(coef.sizes()));
+  else coef.fill_(1.0);
+}
+
+void aten_step(const at::Tensor& weights, const at::Tensor& master, const at::Tensor& exp_avg,
+               const at::Tensor& exp_avg_sq, const at::Tensor& grads, const at::Tensor& accum, const at::Tensor& coef,
+               const AdamWHyper& h) {
+  at::Tensor g = grads.to(at::kFloat);
+  if (accum.defined()) g = g + accum;
+  if (coef.defined()) g = g * coef;
+  const at::Tensor step = at::full({}, static_cast<double>(h.step), weights.options().dtype(at::kFloat));
+  const at::Tensor& target = master.defined() ? master : weights;
+  at::_fused_adamw_({target}, {g.to(target.scalar_type())}, {exp_avg}, {exp_avg_sq}, {}, {step}, h.lr, h.beta1,
+                    h.beta2, h.weight_decay, h.eps, /*amsgrad=*/false, /*maximize=*/false);
+  if (master.defined()) weights.copy_(master);
+}
+
+}  // namespace
+
+bool cuda_kernels_built() {
+#ifdef FPTRAIN_TRAINER_CUDA_KERNELS
+  return true;
+#else
+  return false;
+#endif
+}
+
+void grad_norm(const at::Tensor& grads, const at::Tensor& accum, double max_norm, const at::Tensor& norm,
+               const at::Tensor& coef) {
+  check_buffer(grads, "the gradient buffer", grads);
+  check_model_dtype(grads);
+  if (accum.defined()) {
+    check_buffer(accum, "the fp32 accumulator", grads);
+    check_dtype(accum, at::kFloat, "the fp32 accumulator");
+  }
+  for (const at::Tensor* t : {&norm, &coef}) {
+    if (!t->defined() || t->numel() != 1 || t->scalar_type() != at::kFloat || t->device() != grads.device())
+      throw std::invalid_argument("flat optimizer: norm and coef must be fp32 scalars on the gradients' device");
+  }
+  if (grads.is_cuda()) {
+#ifdef FPTRAIN_TRAINER_CUDA_KERNELS
+    cuda::grad_norm(grads, accum, max_norm, norm, coef);
+#else
+    aten_grad_norm(grads, accum, max_norm, norm, coef);
+#endif
+    return;
+  }
+  if (!grads.is_cpu()) {
+    aten_grad_norm(grads, accum, max_norm, norm, coef);
+    return;
+  }
+  dispatch_model_dtype(grads.scalar_type(), [&](auto tag) {
+    cpu_grad_norm<decltype(tag)>(grads, accum, max_norm, norm, coef);
+  });
+}
+
+void adamw_step(const at::Tensor& weights, const at::Tensor& master, const at::Tensor& exp_avg,
+                const at::Tensor& exp_avg_sq, const at::Tensor& grads, const at::Tensor& accum,
+                const at::Tensor& coef, const AdamWHyper& hyper) {
+  check_buffer(grads, "the gradient buffer", grads);
+  check_buffer(weights, "the weight buffer", grads);
+  check_buffer(exp_avg, "exp_avg", grads);
+  check_buffer(exp_avg_sq, "exp_avg_sq", grads);
+  check_model_dtype(weights);
+  check_dtype(grads, weights.scalar_type(), "the gradient buffer");
+  const at::ScalarType moments = master.defined() ? at::kFloat : weights.scalar_type();
+  check_dtype(exp_avg, moments, "exp_avg");
+  check_dtype(exp_avg_sq, moments, "exp_avg_sq");
+  if (master.defined()) {
+    check_buffer(master, "the master weights", grads);
+    check_dtype(master, at::kFloat, "the master weights");
+    if (weights.scalar_type() == at::kFloat)
+      throw std::invalid_argument("flat optimizer: fp32 weights take no separate master weights");
+  }
+  if (accum.defined()) {
+    check_buffer(accum, "the fp32 accumulator", grads);
+    check_dtype(accum, at::kFloat, "the fp32 accumulator");
+  }
+  if (coef.defined() && (coef.numel() != 1 || coef.scalar_type() != at::kFloat || coef.device() != grads.device()))
+    throw std::invalid_argument("flat optimizer: the clip coefficient must be an fp32 scalar on the gradients' device");
+
+  const AdamWScalars s =
+      make_adamw_scalars(hyper.lr, hyper.beta1, hyper.beta2, hyper.eps, hyper.weight_decay, hyper.step);
+  if (grads.is_cuda()) {
+#ifdef FPTRAIN_TRAINER_CUDA_KERNELS
+    cuda::adamw_step(weights, master, exp_avg, exp_avg_sq, grads, accum, coef, s);
+#else
+    aten_step(weights, master, exp_avg, exp_avg_sq, grads, accum, coef, hyper);
+#endif
+    return;
+  }
+  if (!grads.is_cpu()) {
+    aten_step(weights, master, exp_avg, exp_avg_sq, grads, accum, coef, hyper);
+    return;
+  }
+  dispatch_model_dtype(weights.scalar_type(), [&](auto tag) {
+    using P = decltype(tag);
+    if constexpr (std::is_same_v<P, float>) {
+      cpu_step<P, false>(weights, master, exp_avg, exp_avg_sq, grads, accum, coef, s);
+    } else {
+      if (master.defined()) cpu_step<P, true>(weights, master, exp_avg, exp_avg_sq, grads, accum, coef, s);
+      else cpu_step<P, false>(weights, master, exp_avg, exp_avg_sq, grads, accum, coef, s);
+    }
+  });
+}
+
+void accumulate(const at::Tensor& accum, const at::Tensor& grads) {
+  check_buffer(grads, "the gradient buffer", grads);
+  check_model_dtype(grads);
+  check_buffer(accum, "the fp32 accumulator", grads);
+  check_dtype(accum, at::kFloat, "the fp32 accumulator");
+  if (grads.is_cuda()) {
+#ifdef FPTRAIN_TRAINER_CUDA_KERNELS
+    cuda::accumulate(accum, grads);
+#else
+    accum.add_(grads);
+    grads.zero_();
+#endif
+    return;
+  }
+  if (!grads.is_cpu()) {
+    accum.add_(grads);
+    grads.zero_();
+    return;
+  }
+  dispatch_model_dtype(grads.scalar_type(), [&](auto tag) { cpu_accumulate<decltype(tag)>(accum, grads); });
+}
+
+}  // namespace fptrain::trainer::flat

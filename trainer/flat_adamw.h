@@ -1,0 +1,46 @@
+// The optimizer's operations over flat buffers (trainer/flat_layout.h): 1-D,
+// contiguous, one length n, on one device. On CUDA each is one kernel of
+// trainer/cuda/ (an ATen fallback when the build has no CUDA kernels); on the
+// CPU a reference implementation in C++ with the same per-element arithmetic
+// (trainer/flat_adamw_math.h), so the two agree bit for bit on the update.
+#pragma once
+
+#include "trainer/flat_adamw_math.h"
+
+#include <ATen/ATen.h>
+
+namespace fptrain::trainer::flat {
+
+// The configured hyperparameters and the step being taken (1 for the first).
+struct AdamWHyper {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  int64_t step = 1;
+};
+
+// The L2 norm of accum + grads (accum: fp32, may be undefined), accumulated in
+// fp32 in a fixed order (deterministic), into norm[0]; coef[0] =
+// min(1, max_norm / (norm + 1e-6)) as torch.nn.utils.clip_grad_norm_ computes it
+// (1 when max_norm <= 0). norm and coef: fp32 scalars on the buffers' device. No
+// host synchronization.
+void grad_norm(const at::Tensor& grads, const at::Tensor& accum, double max_norm, const at::Tensor& norm,
+               const at::Tensor& coef);
+
+// One AdamW step in one pass: g = (accum + grads) * coef (accum, coef optional);
+// with `master` (fp32) the update runs on it and weights (model dtype) receive its
+// rounding, moments fp32; without it weights are updated in place and the
+// moments have their dtype.
+void adamw_step(const at::Tensor& weights, const at::Tensor& master, const at::Tensor& exp_avg,
+                const at::Tensor& exp_avg_sq, const at::Tensor& grads, const at::Tensor& accum,
+                const at::Tensor& coef, const AdamWHyper& hyper);
+
+// accum (fp32) += grads; grads = 0, in one pass.
+void accumulate(const at::Tensor& accum, const at::Tensor& grads);
+
+// Whether the CUDA kernels are in this build (else CUDA tensors take the ATen fallback).
+bool cuda_kernels_built();
+
+}  // namespace fptrain::trainer::flat

@@ -1,0 +1,108 @@
+// The arithmetic of one AdamW element, shared by the CPU reference path
+// (trainer/flat_adamw.cpp) and the CUDA kernel (trainer/cuda/flat_adamw_kernels.cu),
+// so that both round identically. Free of LibTorch.
+//
+// It is torch's fused AdamW (at::_fused_adamw_, the CPU kernel's vectorized path,
+// ADAMW mode) operation for operation, in fp32:
+//
+//   w  = w * (1 - lr*wd)                                   decoupled weight decay
+//   m  = fma(1-beta1, g - m, m)                            m.lerp_(g, 1-beta1)
+//   v  = fma((1-beta2)*g, g, v*beta2)                     v*beta2 + (1-beta2)*g*g
+//   w  = w + (-lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps)     bc_i = 1 - beta_i^step
+//
+// with every scalar computed on the host in double and rounded to float as torch
+// does (make_adamw_scalars). The two FMAs are torch's too: the lerp is an explicit
+// fmadd in its source, and its x86 build contracts the second-moment sum into one
+// (measured against at::_fused_adamw_ of torch 2.11 on AVX-512: bit-identical,
+// tests/trainer/flat_optimizer_test.cpp). Each operation is written out as an IEEE-rounded
+// intrinsic on the device so that nvcc contracts nothing into an FMA the CPU does
+// not do; the CPU file is compiled with -ffp-contract=off for the same reason.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define FPTRAIN_FLAT_HD __host__ __device__ __forceinline__
+#else
+#define FPTRAIN_FLAT_HD inline
+#endif
+
+namespace fptrain::trainer::flat {
+
+// The per-step constants of the update (host-computed; see make_adamw_scalars).
+struct AdamWScalars {
+  float decay = 1.0f;            // float(1 - lr * weight_decay)
+  float lerp_coeff = 0.1f;       // float(1 - beta1), or that minus 1 when it is >= 0.5
+  float beta2 = 0.999f;
+  float one_minus_beta2 = 0.001f;
+  float bias_correction2_sqrt = 1.0f;  // float(sqrt(1 - beta2^step))
+  float neg_step_size = 0.0f;          // float(-lr / (1 - beta1^step))
+  float eps = 1e-8f;
+  int32_t apply_decay = 0;  // weight_decay != 0
+  int32_t lerp_small = 1;   // |1 - beta1| < 0.5: m + w (g - m), else g - (1 - w)(g - m)
+};
+
+// lr, betas, eps, weight decay as configured; `step` is the step being taken (1 for the first).
+inline AdamWScalars make_adamw_scalars(double lr, double beta1, double beta2, double eps, double weight_decay,
+                                       int64_t step) {
+  // torch keeps the step count in a float tensor and reads it back as float.
+  const double t = static_cast<double>(static_cast<float>(step));
+  const double bias_correction1 = 1 - std::pow(beta1, t);
+  const double bias_correction2 = 1 - std::pow(beta2, t);
+  AdamWScalars s;
+  s.apply_decay = weight_decay != 0.0;
+  s.decay = static_cast<float>(1 - lr * weight_decay);
+  const float lerp_weight = static_cast<float>(1 - beta1);
+  s.lerp_small = std::fabs(lerp_weight) < 0.5f;
+  s.lerp_coeff = s.lerp_small ? lerp_weight : lerp_weight - 1.0f;
+  s.beta2 = static_cast<float>(beta2);
+  s.one_minus_beta2 = static_cast<float>(1 - beta2);
+  s.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  s.neg_step_size = static_cast<float>(-(lr / bias_correction1));
+  s.eps = static_cast<float>(eps);
+  return s;
+}
+
+#if defined(__CUDA_ARCH__)
+FPTRAIN_FLAT_HD float f_mul(float a, float b) { return __fmul_rn(a, b); }
+FPTRAIN_FLAT_HD float f_add(float a, float b) { return __fadd_rn(a, b); }
+FPTRAIN_FLAT_HD float f_sub(float a, float b) { return __fsub_rn(a, b); }
+FPTRAIN_FLAT_HD float f_div(float a, float b) { return __fdiv_rn(a, b); }
+FPTRAIN_FLAT_HD float f_sqrt(float a) { return __fsqrt_rn(a); }
+FPTRAIN_FLAT_HD float f_fma(float a, float b, float c) { return __fmaf_rn(a, b, c); }
+#else
+FPTRAIN_FLAT_HD float f_mul(float a, float b) { return a * b; }
+FPTRAIN_FLAT_HD float f_add(float a, float b) { return a + b; }
+FPTRAIN_FLAT_HD float f_sub(float a, float b) { return a - b; }
+FPTRAIN_FLAT_HD float f_div(float a, float b) { return a / b; }
+FPTRAIN_FLAT_HD float f_sqrt(float a) { return std::sqrt(a); }
+FPTRAIN_FLAT_HD float f_fma(float a, float b, float c) { return std::fma(a, b, c); }
+#endif
+
+// One element: `g` is the (accumulated, clip-scaled) gradient; w, m, v are
+// updated in place, in fp32.
+FPTRAIN_FLAT_HD void adamw_element(float g, float& w, float& m, float& v, const AdamWScalars& s) {
+  if (s.apply_decay) w = f_mul(w, s.decay);
+  const float diff = f_sub(g, m);
+  m = f_fma(s.lerp_coeff, diff, s.lerp_small ? m : g);
+  v = f_fma(f_mul(s.one_minus_beta2, g), g, f_mul(v, s.beta2));
+  const float denom = f_add(f_div(f_sqrt(v), s.bias_correction2_sqrt), s.eps);
+  w = f_add(w, f_div(f_mul(s.neg_step_size, m), denom));
+}
+
+// The gradient the update sees: the fp32 accumulator (when there is one) plus
+// the model-dtype buffer, times the clip coefficient.
+FPTRAIN_FLAT_HD float effective_grad(float accum, float grad, float coef) { return f_mul(f_add(accum, grad), coef); }
+FPTRAIN_FLAT_HD float effective_grad(float grad, float coef) { return f_mul(grad, coef); }
+
+// The clip coefficient as torch.nn.utils.clip_grad_norm_ computes it in fp32:
+// min(1, max_norm / (norm + 1e-6)); a NaN norm gives NaN, as torch's clamp does.
+// max_norm <= 0: no clipping (1).
+FPTRAIN_FLAT_HD float clip_coefficient(float norm, float max_norm) {
+  if (!(max_norm > 0.0f)) return 1.0f;
+  const float c = f_div(max_norm, f_add(norm, 1e-6f));
+  return c > 1.0f ? 1.0f : c;
+}
+
+}  // namespace fptrain::trainer::flat

@@ -1,0 +1,95 @@
+#include "trainer/flat_parameters.h"
+
+#include <c10/core/GradMode.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace fptrain::trainer {
+namespace {
+
+std::string shape_text(at::IntArrayRef s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+}  // namespace
+
+FlatParameters::FlatParameters(FlatLayout layout, std::vector<at::Tensor> params)
+    : layout_(std::move(layout)), params_(std::move(params)) {
+  const auto& segs = layout_.segments();
+  if (params_.size() != segs.size() || params_.empty())
+    throw std::invalid_argument("FlatParameters: " + std::to_string(params_.size()) + " tensors for a layout of " +
+                                std::to_string(segs.size()) + " parameters");
+  const at::TensorOptions options = params_[0].options().requires_grad(false);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const at::Tensor& p = params_[i];
+    if (!p.defined() || !p.is_leaf() || !at::isFloatingType(p.scalar_type()))
+      throw std::invalid_argument("FlatParameters: '" + segs[i].name + "' must be a floating-point leaf tensor");
+    if (p.scalar_type() != options.dtype().toScalarType() || p.device() != options.device())
+      throw std::invalid_argument("FlatParameters: all parameters must share one dtype and device ('" + segs[i].name +
+                                  "' differs)");
+    if (p.sizes() != at::IntArrayRef(segs[i].shape))
+      throw std::invalid_argument("FlatParameters: '" + segs[i].name + "' has shape " + shape_text(p.sizes()) +
+                                  ", the layout says " + shape_text(segs[i].shape));
+  }
+  c10::NoGradGuard no_grad;
+  // Zeros: the padding between and after segments stays zero for good.
+  weights_ = at::zeros({layout_.total()}, options);
+  grads_ = at::zeros({layout_.total()}, options);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    at::Tensor w = segment(weights_, i);
+    w.copy_(params_[i].detach());
+    // The same tensor object, its data now the segment: the old storage is freed
+    // once nothing else holds it. requires_grad and leaf-ness are untouched.
+    params_[i].set_data(w);
+    grad_views_.push_back(segment(grads_, i));
+    params_[i].mutable_grad() = grad_views_.back();
+  }
+  state_.assign(params_.size(), GradState::kView);
+  collected_.assign(params_.size(), false);
+}
+
+at::Tensor FlatParameters::segment(const at::Tensor& flat, size_t i) const {
+  const FlatSegment& s = layout_.segments().at(i);
+  return flat.narrow(0, s.offset, s.numel).view(s.shape);
+}
+
+int64_t FlatParameters::collect_grads() {
+  c10::NoGradGuard no_grad;
+  int64_t taken = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const at::Tensor& g = params_[i].grad();
+    if (g.defined() && g.is_same(grad_views_[i])) continue;  // the usual case: autograd added into the view
+    if (!g.defined()) {
+      if (state_[i] == GradState::kView) {  // reset by someone: no gradient
+        grad_views_[i].zero_();
+        state_[i] = GradState::kReleased;
+      }
+      continue;
+    }
+    grad_views_[i].copy_(g);
+    params_[i].mutable_grad() = grad_views_[i];
+    state_[i] = GradState::kView;
+    collected_[i] = true;
+    ++taken;
+  }
+  return taken;
+}
+
+void FlatParameters::release_collected() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!collected_[i]) continue;
+    params_[i].mutable_grad() = at::Tensor();
+    state_[i] = GradState::kReleased;
+    collected_[i] = false;
+  }
+}
+
+void FlatParameters::zero_grads() {
+  c10::NoGradGuard no_grad;
+  grads_.zero_();
+}
+
+}  // namespace fptrain::trainer
