@@ -119,7 +119,7 @@ def safetensors_header(corpus, fixtures):
     corpus.add("safetensors_header", "size-overflow.safetensors",
                safetensors_bytes({"w": {"dtype": "F32", "shape": [2**31, 2**31], "data_offsets": [0, 0]}}),
                prefix="regress-issue10-")
-    corpus.add("safetensors_header", "dimension-2^64-1.safetensors",
+    corpus.add("safetensors_header", "dimension-2pow64-minus-1.safetensors",
                safetensors_bytes({"w": {"dtype": "F32", "shape": [2**64 - 1, 0], "data_offsets": [0, 0]}}),
                prefix="regress-issue10-")
 

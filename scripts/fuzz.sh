@@ -70,6 +70,9 @@ cmake --build "$BUILD_DIR" -j "$JOBS" --target "${build_targets[@]}"
 # global state for the life of the process.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+# The harnesses' scratch folders (libFuzzer may exit without running atexit handlers).
+export TMPDIR=$BUILD_DIR/fuzz-tmp
+rm -rf "$TMPDIR" && mkdir -p "$TMPDIR"
 failed=()
 for t in "${targets[@]}"; do
   work=$BUILD_DIR/fuzz-work/$t crashes=$BUILD_DIR/fuzz-crashes/$t

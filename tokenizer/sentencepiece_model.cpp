@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 
 namespace fptrain::tokenizer {
 namespace {
@@ -86,14 +87,22 @@ Rewritten rewrite_model(const std::string& buf, const std::string& file) {
   Rewritten r;
   for_each_field(buf, 0, buf.size(), file, [&](uint32_t field, uint32_t wire, size_t begin, size_t payload, size_t end) {
     if (field == 3 || field == 4) return;  // normalizer_spec, self_test_data
-    if (field == 1 && wire == 2) {         // pieces: find type (field 3)
+    if (field == 1 && wire == 2) {         // pieces: find piece (field 1) and type (field 3)
       int type = 1;
-      for_each_field(buf, payload, end, file, [&](uint32_t f, uint32_t w, size_t, size_t p, size_t) {
+      std::string_view text;  // the last occurrence counts, as in protobuf
+      for_each_field(buf, payload, end, file, [&](uint32_t f, uint32_t w, size_t, size_t p, size_t e) {
+        if (f == 1 && w == 2) text = std::string_view(buf).substr(p, e - p);
         if (f == 3 && w == 0) {
           size_t q = p;
           type = static_cast<int>(read_varint(buf, q, file));
         }
       });
+      // libsentencepiece's trie builder takes pieces as C strings and throws
+      // through its C++ API on an empty one (also one that starts with NUL).
+      if (text.empty() || text.find('\0') != std::string_view::npos)
+        throw std::runtime_error(file + ": corrupt SentencePiece model: piece " + std::to_string(r.piece_types.size()) +
+                                 " (at byte " + std::to_string(begin) + ") is " +
+                                 (text.empty() ? "empty" : "not text (it holds a NUL byte)"));
       r.piece_types.push_back(type);
     }
     if (field == 2 && wire == 2) {         // trainer_spec: find model_type (field 3)
@@ -133,7 +142,12 @@ SentencePieceModel::SentencePieceModel(const std::filesystem::path& model_file)
   is_unigram_ = rewritten.is_unigram;
 
   processor_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
-  const auto status = processor_->LoadFromSerializedProto({rewritten.proto.data(), rewritten.proto.size()});
+  sentencepiece::util::Status status;
+  try {
+    status = processor_->LoadFromSerializedProto({rewritten.proto.data(), rewritten.proto.size()});
+  } catch (const std::exception& e) {  // parts of libsentencepiece (its trie builder) throw
+    throw std::runtime_error(file_ + ": not a loadable SentencePiece model: " + e.what());
+  }
   if (!status.ok()) throw std::runtime_error(file_ + ": not a loadable SentencePiece model: " + status.ToString());
 
   const int n = processor_->GetPieceSize();

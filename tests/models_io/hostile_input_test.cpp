@@ -77,6 +77,23 @@ TEST(HostileModelFiles, IntegersOutOfRangeAreErrors) {
   EXPECT_HAS(error_of([&] { load_model_config(dir / "config.json"); }), "'eos_token_id'");
 }
 
+// Found through the config_json harness: sizes no model has made the checkpoint
+// loader's shape arithmetic overflow (heads x head_dim) or loop for minutes
+// building names for 10^8 layers.
+TEST(HostileModelFiles, ImplausibleSizesAreErrors) {
+  ScratchDir dir("sizes");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"num_hidden_layers", "100000000"}, {"num_attention_heads", "1099511627776"}, {"head_dim", "1099511627776"},
+      {"hidden_size", "1099511627776"},   {"vocab_size", "4294967296"},            {"intermediate_size", "2e12"},
+      {"num_key_value_heads", "1099511627776"}};
+  for (const auto& [key, value] : cases) {
+    write_bytes(dir / "config.json", config_with(key, value));
+    const std::string e = error_of([&] { load_model_config(dir / "config.json"); });
+    EXPECT_HAS(e, "'" + key + "'");
+    EXPECT_HAS(e, "larger than any model fptrain can load");
+  }
+}
+
 // A safetensors file from raw header text and data bytes.
 std::string safetensors_bytes(const std::string& header, const std::string& data = "") {
   std::string out(8, '\0');

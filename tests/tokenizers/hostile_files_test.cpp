@@ -242,6 +242,7 @@ TEST(TokenizerHostileFiles, LongValuesInMessagesAreCut) {
 
 // ---- tokenizer.model ----------------------------------------------------------
 
+
 std::string varint(uint64_t v) {
   std::string out;
   while (v >= 0x80) {
@@ -279,6 +280,28 @@ TEST(TokenizerHostileFiles, SentencePieceLengthsBeyondTheFileAreErrors) {
     EXPECT_HAS(e, (dir.path() / "tokenizer.model").string() + ": corrupt SentencePiece model");
     EXPECT_HAS(e, expected);
   }
+}
+
+// Found by the sentencepiece_model fuzzer: a piece starting with a NUL byte
+// made libsentencepiece's trie builder throw Darts::Details::Exception
+// ("zero-length key") through load_tokenizer, which no caller expects.
+TEST(TokenizerHostileFiles, EmptyOrNulSentencePieceIsAnError) {
+  const std::string unk("\x0a\x09\x0a\x05<unk>\x18\x02", 11);  // pieces { piece: "<unk>" type: UNKNOWN }
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {unk + std::string("\x0a\x04\x0a\x00\x18\x01", 6), "piece 1 (at byte 11) is empty"},   // piece: ""
+      {unk + std::string("\x0a\x02\x18\x01", 4), "piece 1 (at byte 11) is empty"},             // no piece field
+      {unk + std::string("\x0a\x06\x0a\x02\x00x\x18\x01", 8), "piece 1 (at byte 11) is not text"},  // "\0x"
+  };
+  for (const auto& [bytes, expected] : cases) {
+    TempDir dir("spm_empty");
+    dir.write("tokenizer.model", bytes);
+    EXPECT_HAS(load_error(dir.path()),
+               (dir.path() / "tokenizer.model").string() + ": corrupt SentencePiece model: " + expected);
+  }
+  const fs::path found = fs::path(FPTRAIN_SOURCE_DIR) / "fuzz/corpus/sentencepiece_model/regress-nul-piece-throws-from-darts";
+  TempDir dir("spm_found");
+  dir.write("tokenizer.model", read_bytes(found));
+  EXPECT_HAS(load_error(dir.path()), "tokenizer.model: corrupt SentencePiece model: piece 2 (at byte 30) is not text");
 }
 
 TEST(TokenizerHostileFiles, CorruptLengthInARealSentencePieceModel) {
