@@ -9,15 +9,7 @@ namespace {
 
 using testing::TempDir;
 
-std::string error_of(const DataOptions& o) {
-  try {
-    DataPipeline p(o, testing::byte_tokenizer());
-    testing::drain(p);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::pipeline_error;
 
 struct BadCase {
   std::string line;
@@ -38,7 +30,7 @@ TEST(BadLines, ErrorPolicyNamesFileLineAndProblem) {
     const auto f = dir.write_lines("train.jsonl", {good, good, c.line, good});
     auto o = testing::options_for({f});
     o.files[0].format = ExampleFormat::kPromptCompletion;
-    const std::string what = error_of(o);
+    const std::string what = pipeline_error(o);
     EXPECT_NE(what.find(f.string() + ":3: "), std::string::npos) << what;
     EXPECT_NE(what.find(c.problem), std::string::npos) << what;
     EXPECT_NE(what.find("bad_lines: skip"), std::string::npos) << what;
@@ -51,13 +43,13 @@ TEST(BadLines, MessagesProblemsNameTheMessage) {
       "chat.jsonl", {R"({"messages": [{"role": "user", "content": "q"}, {"role": "bot", "content": "a"}]})"});
   auto o = testing::options_for({f});
   o.chat_template = ChatTemplateKind::kLlama3;
-  const std::string what = error_of(o);
+  const std::string what = pipeline_error(o);
   EXPECT_NE(what.find(f.string() + ":1: messages[1].role 'bot' is not one of"), std::string::npos) << what;
 
   const auto g = dir.write_lines("chat2.jsonl", {R"({"messages": [{"role": "user", "content": 5}]})"});
   o = testing::options_for({g});
   o.chat_template = ChatTemplateKind::kLlama3;
-  const std::string what2 = error_of(o);
+  const std::string what2 = pipeline_error(o);
   EXPECT_NE(what2.find("messages[0].content must be a string, got number"), std::string::npos) << what2;
 }
 

@@ -18,15 +18,7 @@ std::string deep_line(size_t depth) {
   return R"({"prompt": "q", "completion": )" + std::string(depth, '[') + std::string(depth, ']') + "}";
 }
 
-std::string error_of(const DataOptions& o) {
-  try {
-    DataPipeline p(o, testing::byte_tokenizer());
-    testing::drain(p);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::pipeline_error;
 
 TEST(HostileInput, DeeplyNestedLineIsAMalformedBadLine) {
   try {
@@ -49,7 +41,7 @@ TEST(HostileInput, DeeplyNestedLineUnderBothPolicies) {
   const auto f = dir.write_lines("train.jsonl", {good, deep_line(100000), good});
   auto o = testing::options_for({f});
   o.files[0].format = ExampleFormat::kPromptCompletion;
-  const std::string what = error_of(o);
+  const std::string what = pipeline_error(o);
   EXPECT_NE(what.find(f.string() + ":2: "), std::string::npos) << what.substr(0, 500);
   EXPECT_NE(what.find("nested deeper than"), std::string::npos) << what.substr(0, 500);
   EXPECT_LT(what.size(), 1000u);

@@ -85,4 +85,15 @@ inline std::vector<PackedBatch> all_micro_batches(const std::vector<TrainStep>& 
 
 inline std::string json_line(const nlohmann::json& j) { return j.dump(); }
 
+// What the pipeline over `o` (with the byte tokenizer) throws when drained; "" if nothing.
+inline std::string pipeline_error(const DataOptions& o) {
+  try {
+    DataPipeline p(o, byte_tokenizer());
+    drain(p);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
 }  // namespace fptrain::data::testing

@@ -9,7 +9,6 @@
 #include <chrono>
 #include <csignal>
 #include <fcntl.h>
-#include <spawn.h>
 #include <thread>
 
 extern char** environ;
@@ -101,17 +100,8 @@ TEST(TrainCliFaults, SigtermStopsARunReadingThroughBadLines) {
   const fs::path run = dir / "run";
   const std::string cfg = dir.write("c.yaml", config_for_data(run, data, "training:\n  max_steps: 1000000\n"));
   const std::string log = (dir / "out.log").string();
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  std::vector<std::string> args = {FPTRAIN_BINARY, "train", cfg};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, FPTRAIN_BINARY, &actions, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&actions);
+  const pid_t pid = testing::spawn_fptrain({"train", cfg}, log);
+  ASSERT_GT(pid, 0);
 
   // Once the loop waits for its first step (the banner is logged), ask it to stop.
   for (int i = 0; i < 600 && read_file(log).find("| output ") == std::string::npos; ++i)

@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <csignal>
 #include <fcntl.h>
-#include <spawn.h>
 #include <thread>
 
 extern char** environ;
@@ -78,17 +77,8 @@ TEST(TrainCli, SigtermFinishesTheStepSavesAndExitsZero) {
   const std::string cfg = dir.write("c.yaml", base_config(run, "chat.jsonl",
       "batching:\n  examples_per_micro_batch: 2\ntraining:\n  max_steps: 1000000\nlogging:\n  log_interval: 1\n"));
   const std::string log = (dir / "out.log").string();
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  std::vector<std::string> args = {FPTRAIN_BINARY, "train", cfg};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, FPTRAIN_BINARY, &actions, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&actions);
+  const pid_t pid = testing::spawn_fptrain({"train", cfg}, log);
+  ASSERT_GT(pid, 0);
 
   // Wait until it trains (a few steps logged), then ask it to stop.
   for (int i = 0; i < 1200 && train_records(run).size() < 3; ++i)

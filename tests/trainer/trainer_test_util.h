@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <fcntl.h>
+#include <spawn.h>
 #include <unistd.h>
 
 #include <array>
@@ -79,6 +81,24 @@ inline CommandResult run_fptrain(const std::vector<std::string>& args) {
 
 // A Python script of this test folder; returns the last line of its stdout parsed
 // as JSON (fails the test otherwise). Its stderr (progress bars, warnings) is kept apart.
+// Starts `fptrain ARGS...` in the background with stdout and stderr going to
+// `log_path`; returns its pid (-1 if it could not start). For signal tests.
+inline pid_t spawn_fptrain(const std::vector<std::string>& args, const std::string& log_path) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  std::vector<std::string> all = {FPTRAIN_BINARY};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, FPTRAIN_BINARY, &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  return rc == 0 ? pid : -1;
+}
+
 inline nlohmann::json run_python(const std::string& script, const std::vector<std::string>& args) {
   std::string cmd = quote(FPTRAIN_PYTHON) + " " + quote(source_file("tests/trainer/" + script).string());
   for (const auto& a : args) cmd += " " + quote(a);
