@@ -18,8 +18,11 @@ std::string fingerprint_of(const DataOptions& o, const ExampleSource& src) {
     s << src.file(f).path().filename().string() << '|' << src.file(f).file_size() << '|' << src.file(f).num_lines() << '|'
       << o.files[f].weight << '|' << common::enum_name(src.format(f)) << ';';
   s << o.max_length << common::enum_name(o.overlong) << src.chat_template_label() << '|' << (src.chat_template() ? src.chat_template()->fingerprint() : 0) << '|'  << common::enum_name(o.loss_mask)
-    << common::enum_name(o.batching) << o.examples_per_micro_batch << '|' << o.max_tokens << '|' << o.shuffle_window
-    << '|' << o.shuffle << '|' << o.seed << '|' << o.world_size << '|' << o.micro_batches_per_step;
+    << common::enum_name(o.batching) << '|' << o.shuffle << '|' << o.seed;
+  // The cursor counts examples (flatten, pad) or the packed micro-batches of a
+  // window (pack), so it stays valid when the micro-batch size, gradient
+  // accumulation or number of ranks change; pack's windows depend on these two.
+  if (o.batching == BatchMode::kPack) s << '|' << o.max_tokens << '|' << o.shuffle_window;
   uint64_t h = 1469598103934665603ull;  // FNV-1a
   for (char c : s.str()) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
   char hex[17];

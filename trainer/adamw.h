@@ -18,6 +18,7 @@
 // (accumulate_gradients). Nothing synchronizes with the host.
 #pragma once
 
+#include "distributed/communicator.h"
 #include "trainer/config.h"
 #include "trainer/flat_parameters.h"
 
@@ -29,13 +30,24 @@
 
 namespace fptrain::trainer {
 
+// How the optimizer takes part in data parallelism.
+struct DataParallelSpec {
+  distributed::Communicator* comm = nullptr;  // null: one process
+  // ZeRO-1/2: this rank keeps masters and moments for its shard of the layout
+  // only; the trainer reduce-scatters the gradients into it (GradReducer), the
+  // norm is all-reduced over shards, and step() all-gathers the updated weights.
+  // Off: every rank holds everything and steps on all-reduced gradients.
+  bool shard = false;
+  int64_t bucket_elements = 0;  // the layout's gradient buckets (0: one)
+};
+
 class AdamW {
  public:
   // `params` are the model's leaf tensors (requires_grad), in a fixed order (the
   // model order in the trainer). They become views of the flat weight buffer and
   // their .grad views of the flat gradient buffer (see FlatParameters).
   AdamW(std::vector<std::string> names, std::vector<at::Tensor> params, const OptimizerSection& options,
-        int64_t alignment = FlatLayout::kDefaultAlignment);
+        int64_t alignment = FlatLayout::kDefaultAlignment, DataParallelSpec dp = {});
 
   // With master weights: adds what backward accumulated in the (model-dtype)
   // gradient buffer since the last call into an fp32 accumulator (allocated on
@@ -64,27 +76,43 @@ class AdamW {
   int64_t steps_taken() const { return steps_taken_; }
   bool has_master_weights() const { return master_weights_; }
 
-  // Everything needed to continue bit-identically, keyed by
-  // "<kind>.<parameter name>" with kind in {weight, exp_avg, exp_avg_sq}: views of
-  // the flat buffers. `weight` is the fp32 master (or the parameter itself without
-  // master weights).
+  // Everything needed to continue bit-identically: views of the buffers, keyed
+  // "<kind>.<parameter name>" (the whole parameter, its shape) or, for a part
+  // of a parameter that a shard holds, "<kind>.<parameter name>@<first element>"
+  // (1-D, elements of the flattened parameter); kind in {weight, exp_avg,
+  // exp_avg_sq}. `weight` is the fp32 master (or the parameter itself without
+  // master weights). One process (or no sharding) writes whole parameters only.
   std::vector<std::pair<std::string, at::Tensor>> state() const;
-  // Restores state() output (tensors on any device; copied in place) and the step count.
-  // `source` names where the tensors come from (the checkpoint file) in errors.
+  // Restores state() output of any sharding (tensors on any device; copied in
+  // place): each element this rank needs is taken from whichever piece holds it,
+  // so a checkpoint of N shards loads into M. `source` names where the tensors
+  // come from (the checkpoint file) in errors.
   void load_state(const std::vector<std::pair<std::string, at::Tensor>>& tensors, int64_t steps_taken,
                   const std::string& source = "optimizer state");
+  bool sharded() const { return dp_.shard; }
 
   // The buffers, for tests and benchmarks: [layout total] each; master undefined
   // without master weights; accumulator undefined until accumulate_gradients().
   const FlatParameters& flat() const { return *flat_; }
+  // With sharding, master / exp_avg / exp_avg_sq hold this rank's shard
+  // (layout.shard_size() elements, FlatLayout::shard_ranges order).
   const at::Tensor& master() const { return master_; }
   const at::Tensor& exp_avg() const { return exp_avg_; }
   const at::Tensor& exp_avg_sq() const { return exp_avg_sq_; }
   const at::Tensor& accumulator() const { return accum_; }
 
  private:
+  // The flat ranges this rank updates, each with its offset in the state buffers.
+  struct Range {
+    size_t bucket;
+    int64_t flat, local, numel;
+  };
+  void all_gather_weights(const std::vector<size_t>& buckets);
+
   std::vector<std::string> names_;
   OptimizerSection options_;
+  DataParallelSpec dp_;
+  std::vector<Range> ranges_;
   std::unique_ptr<FlatParameters> flat_;
   bool master_weights_ = false;
   at::Tensor master_;               // fp32 masters (master weights only)

@@ -87,27 +87,53 @@ std::optional<fs::path> latest_checkpoint(const fs::path& output_dir) {
   return all.back();
 }
 
-fs::path save_checkpoint(const fs::path& output_dir, const models::ModelConfig& config,
-                         const models::TensorMap& params, at::ScalarType model_dtype,
-                         const fs::path& tokenizer_dir, const TrainingState& state) {
+std::string shard_file_name(int rank) { return "training_state.rank" + std::to_string(rank) + ".safetensors"; }
+
+fs::path prepare_checkpoint(const fs::path& output_dir, int64_t step) {
   const fs::path root = checkpoints_dir(output_dir);
   fs::create_directories(root);
-  const fs::path final_dir = root / checkpoint_name(state.step);
+  const fs::path final_dir = root / checkpoint_name(step);
   common::remove_stale_siblings(final_dir);
   const fs::path staging = common::staging_path(final_dir);  // hidden: never listed as a checkpoint
+  fs::create_directories(staging);
+  return staging;
+}
+
+void write_shard_state(const fs::path& staging, int rank, const TrainingState& state) {
+  models::TensorMap tensors;
+  for (const auto& [k, t] : state.optimizer) tensors["optimizer." + k] = t;
+  for (const auto& [k, t] : state.rng) tensors["rng." + k] = t;
+  models::write_safetensors(staging / shard_file_name(rank), tensors,
+                            {{"fptrain_step", std::to_string(state.step)}, {"fptrain_rank", std::to_string(rank)}});
+}
+
+fs::path commit_checkpoint(const fs::path& staging, const fs::path& output_dir, const models::ModelConfig& config,
+                           const models::TensorMap& params, at::ScalarType model_dtype, const fs::path& tokenizer_dir,
+                           const TrainingState& state) {
+  const fs::path final_dir = checkpoints_dir(output_dir) / checkpoint_name(state.step);
   try {
-    // The Hugging Face part, then the tokenizer files and the training part.
-    models::save_pretrained(staging, config, params, model_dtype);
+    // The Hugging Face part (save_pretrained replaces its target folder as a
+    // whole, and staging may already hold the ranks' shard files: it writes into
+    // a subfolder whose files move up), then the tokenizer files and the
+    // training part.
+    const fs::path model_dir = staging / "model";
+    models::save_pretrained(model_dir, config, params, model_dtype);
+    for (const auto& e : fs::directory_iterator(model_dir)) fs::rename(e.path(), staging / e.path().filename());
+    fs::remove(model_dir);
     for (const auto& f : kTokenizerFiles)
-      if (fs::is_regular_file(tokenizer_dir / f)) fs::copy_file(tokenizer_dir / f, staging / f);
-    models::TensorMap tensors;
-    for (const auto& [k, t] : state.optimizer) tensors["optimizer." + k] = t;
-    for (const auto& [k, t] : state.rng) tensors["rng." + k] = t;
-    models::write_safetensors(staging / kTensorsFile, tensors, {{"fptrain_step", std::to_string(state.step)}});
+      if (fs::is_regular_file(tokenizer_dir / f)) fs::copy_file(tokenizer_dir / f, staging / f, fs::copy_options::overwrite_existing);
+    if (!state.optimizer.empty()) {
+      models::TensorMap tensors;
+      for (const auto& [k, t] : state.optimizer) tensors["optimizer." + k] = t;
+      for (const auto& [k, t] : state.rng) tensors["rng." + k] = t;
+      models::write_safetensors(staging / kTensorsFile, tensors, {{"fptrain_step", std::to_string(state.step)}});
+    }
     common::write_file_atomically(staging / "config.yaml", state.config_yaml);
     nlohmann::json meta = {{"format_version", kFormatVersion},
                            {"step", state.step},
                            {"total_steps", state.total_steps},
+                           {"optimizer_shards", state.optimizer_shards},
+                           {"world_size", state.world_size},
                            {"data_cursor", nlohmann::json::parse(state.data_cursor)},
                            {"counters", state.counters.to_json()}};
     common::write_file_atomically(staging / kStateFile, meta.dump(2));
@@ -119,7 +145,14 @@ fs::path save_checkpoint(const fs::path& output_dir, const models::ModelConfig& 
   return final_dir;
 }
 
-TrainingState load_training_state(const fs::path& dir) {
+fs::path save_checkpoint(const fs::path& output_dir, const models::ModelConfig& config,
+                         const models::TensorMap& params, at::ScalarType model_dtype,
+                         const fs::path& tokenizer_dir, const TrainingState& state) {
+  return commit_checkpoint(prepare_checkpoint(output_dir, state.step), output_dir, config, params, model_dtype,
+                           tokenizer_dir, state);
+}
+
+TrainingState load_training_state(const fs::path& dir, int rank, int world_size) {
   const fs::path meta_path = dir / kStateFile;
   std::ifstream in(meta_path, std::ios::binary);
   if (!in) throw std::runtime_error(meta_path.string() + ": missing; not a complete fptrain checkpoint");
@@ -157,13 +190,28 @@ TrainingState load_training_state(const fs::path& dir) {
   }
   std::ifstream yaml(dir / "config.yaml");
   if (yaml) s.config_yaml.assign(std::istreambuf_iterator<char>(yaml), {});
-  s.tensors_file = dir / kTensorsFile;
-  if (!fs::is_regular_file(s.tensors_file))
-    throw std::runtime_error(s.tensors_file.string() + ": missing; the checkpoint is incomplete (its optimizer "
-                             "state and RNG states are needed to resume)");
-  for (auto& [name, t] : models::read_safetensors(s.tensors_file)) {
-    if (name.rfind("optimizer.", 0) == 0) s.optimizer.emplace_back(name.substr(10), t);
-    else if (name.rfind("rng.", 0) == 0) s.rng.emplace_back(name.substr(4), t);
+  if (meta.contains("optimizer_shards")) s.optimizer_shards = integer("optimizer_shards");
+  if (meta.contains("world_size")) s.world_size = integer("world_size");
+  if (s.optimizer_shards < 1)
+    throw std::runtime_error(meta_path.string() + ": key 'optimizer_shards' must be >= 1");
+  std::vector<fs::path> files;
+  if (s.optimizer_shards == 1) {
+    files.push_back(dir / kTensorsFile);
+  } else if (s.optimizer_shards == world_size) {
+    files.push_back(dir / shard_file_name(rank));
+  } else {
+    for (int r = 0; r < s.optimizer_shards; ++r) files.push_back(dir / shard_file_name(r));
+  }
+  s.tensors_file = files.front();
+  for (const fs::path& f : files) {
+    if (!fs::is_regular_file(f))
+      throw std::runtime_error(f.string() + ": missing; the checkpoint is incomplete (its optimizer "
+                               "state and RNG states are needed to resume)");
+    const bool own_rng = f == files.front();  // this rank's (same sharding), or rank 0's / the only file
+    for (auto& [name, t] : models::read_safetensors(f)) {
+      if (name.rfind("optimizer.", 0) == 0) s.optimizer.emplace_back(name.substr(10), t);
+      else if (name.rfind("rng.", 0) == 0 && own_rng) s.rng.emplace_back(name.substr(4), t);
+    }
   }
   if (s.optimizer.empty())
     throw std::runtime_error(s.tensors_file.string() + ": holds no optimizer state (no 'optimizer.*' tensors); "

@@ -35,6 +35,10 @@ struct RunCounters {
 
 struct TrainingState {
   int64_t step = 0;  // optimizer steps completed
+  // 1: `optimizer` holds whole parameters (training_state.safetensors); N: the
+  // optimizer was sharded over N ranks, each wrote training_state.rank<R>.safetensors.
+  int64_t optimizer_shards = 1;
+  int64_t world_size = 1;  // ranks of the run that wrote it
   int64_t total_steps = 0;
   std::string data_cursor;  // data::DataCursor::to_json()
   RunCounters counters;
@@ -56,8 +60,26 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& output_dir, c
                                       const models::TensorMap& params, at::ScalarType model_dtype,
                                       const std::filesystem::path& tokenizer_dir, const TrainingState& state);
 
-// Reads training_state.safetensors and trainer_state.json of a checkpoint folder.
-TrainingState load_training_state(const std::filesystem::path& checkpoint_dir);
+// Reads trainer_state.json and the optimizer and RNG state this rank needs: its
+// own shard file when the checkpoint was written by `world_size` sharded ranks,
+// else every file (the optimizer reshards from whatever pieces it is given; RNG
+// states are then those of rank 0, or of the one process).
+TrainingState load_training_state(const std::filesystem::path& checkpoint_dir, int rank = 0, int world_size = 1);
+
+// A data-parallel save, in phases, so that the folder appears (renamed by rank 0)
+// only once every rank's part is complete:
+//   rank 0:     staging = prepare_checkpoint(output_dir, step), shared with the others
+//   every rank: write_shard_state(staging, rank, optimizer, rng)   (sharded optimizer)
+//   rank 0:     commit_checkpoint(staging, ...) once all succeeded, else remove_tree(staging)
+std::filesystem::path prepare_checkpoint(const std::filesystem::path& output_dir, int64_t step);
+void write_shard_state(const std::filesystem::path& staging, int rank, const TrainingState& state);
+// Writes the model, tokenizer, config and trainer_state.json (and, if
+// state.optimizer is not empty, training_state.safetensors) into staging and
+// renames it into place; returns the checkpoint folder.
+std::filesystem::path commit_checkpoint(const std::filesystem::path& staging, const std::filesystem::path& output_dir,
+                                        const models::ModelConfig& config, const models::TensorMap& params,
+                                        at::ScalarType model_dtype, const std::filesystem::path& tokenizer_dir,
+                                        const TrainingState& state);
 
 // Deletes the oldest checkpoints so that `keep_last` remain; also removes the
 // hidden leftovers of interrupted saves and deletions.

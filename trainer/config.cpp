@@ -382,6 +382,16 @@ const std::vector<KeyDef>& key_defs() {
     t.integer("checkpoint.interval", "steps between checkpoints (0: final only)", MEMBER(checkpoint.interval), 0);
     t.integer("checkpoint.keep_last", "checkpoints kept; older ones are deleted", MEMBER(checkpoint.keep_last), 1);
     t.boolean("checkpoint.save_final", "save a checkpoint when training ends", MEMBER(checkpoint.save_final));
+    // distributed
+    t.integer("distributed.timeout",
+              "seconds; a rank that dies or hangs makes every other exit non-zero within this, naming it",
+              MEMBER(distributed.timeout), 1, 86400 * 7);
+    t.choice<ShardOptimizer>("distributed.shard_optimizer",
+                             "auto = true with more than one rank: fp32 masters and AdamW moments split across ranks "
+                             "(ZeRO-1), gradients reduce-scattered (ZeRO-2); false = every rank holds all, all-reduce",
+                             MEMBER(distributed.shard_optimizer));
+    t.integer("distributed.bucket_mb", "size of the gradient buckets reduced while the backward runs (MiB)",
+              MEMBER(distributed.bucket_mb), 1, 1 << 20);
     // top level
     t.string("output_dir", "run directory: config.yaml, train.log, metrics.jsonl, summary.json, checkpoints/",
              MEMBER(output_dir));

@@ -24,6 +24,7 @@ enum class ModelDtype { kAuto, kFloat32, kBFloat16, kFloat16 };
 // "auto": our Hopper kernels where they run, else torch-fa2, else reference (trainer/model_setup.h).
 enum class AttentionChoice { kAuto, kHopper, kTorchFA2, kReference };
 enum class LrDecay { kCosine, kLinear, kConstant };
+enum class ShardOptimizer { kAuto, kOn, kOff };
 
 struct ModelSection {
   std::string path;  // Hugging Face model directory
@@ -98,6 +99,15 @@ struct CheckpointSection {
   bool save_final = true;
 };
 
+// Data parallelism (the ranks come from the launcher's environment: RANK,
+// WORLD_SIZE, ...; batching sizes are per rank).
+struct DistributedSection {
+  int64_t timeout = 600;  // seconds: a dead or hung rank makes every other exit within this
+  // ZeRO-1/2 (auto: on when world > 1): masters and moments split across ranks, gradients reduce-scattered.
+  ShardOptimizer shard_optimizer = ShardOptimizer::kAuto;
+  int64_t bucket_mb = 64;  // gradient buckets (model dtype) reduced while the backward runs
+};
+
 struct TrainConfig {
   std::string source;  // where it was read from, for messages
   ModelSection model;
@@ -108,6 +118,7 @@ struct TrainConfig {
   TrainingSection training;
   LoggingSection logging;
   CheckpointSection checkpoint;
+  DistributedSection distributed;
   std::string output_dir = "runs/fptrain";
   std::string resume = "auto";  // auto | none | <checkpoint dir>
   std::string device = "auto";  // auto | cpu | cuda | cuda:N
@@ -162,6 +173,11 @@ struct EnumNames<trainer::AttentionChoice> {
        {trainer::AttentionChoice::kTorchFA2, "torch-fa2"},
        {trainer::AttentionChoice::kReference, "reference"},
        {trainer::AttentionChoice::kHopper, "fptrain", /*alias=*/true}}};
+};
+template <>
+struct EnumNames<trainer::ShardOptimizer> {
+  static constexpr std::array<EnumEntry<trainer::ShardOptimizer>, 3> table = {
+      {{trainer::ShardOptimizer::kAuto, "auto"}, {trainer::ShardOptimizer::kOn, "true"}, {trainer::ShardOptimizer::kOff, "false"}}};
 };
 template <>
 struct EnumNames<trainer::LrDecay> {

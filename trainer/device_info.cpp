@@ -49,6 +49,22 @@ DeviceInfo resolve_device(const std::string& requested, int64_t cpu_threads) {
   return info;
 }
 
+std::string rank_device(const std::string& requested, const distributed::LaunchEnv& env) {
+  const bool have_cuda = at::hasCUDA() && at::cuda::device_count() > 0;
+  const std::string who = "rank " + std::to_string(env.rank) + " (LOCAL_RANK " + std::to_string(env.local_rank) + ")";
+  if (requested == "cpu" || (requested == "auto" && !have_cuda)) return "cpu";
+  if (requested != "auto" && requested != "cuda")
+    throw std::invalid_argument("device: '" + requested + "' with " + std::to_string(env.world_size) +
+                                " ranks: every rank would use that one GPU; use auto or cuda (rank r takes "
+                                "cuda:LOCAL_RANK) and choose GPUs with CUDA_VISIBLE_DEVICES");
+  if (!have_cuda) throw std::invalid_argument(who + ": device: '" + requested + "' but no CUDA GPU is visible");
+  if (env.local_rank >= at::cuda::device_count())
+    throw std::invalid_argument(who + ": this node has " + std::to_string(at::cuda::device_count()) +
+                                " visible GPU(s), so it can run at most that many ranks (LOCAL_WORLD_SIZE " +
+                                std::to_string(env.local_world_size) + "): lower --nproc_per_node");
+  return "cuda:" + std::to_string(env.local_rank);
+}
+
 MemoryStats memory_stats(const at::Device& device) {
   MemoryStats m;
   if (device.is_cuda()) {

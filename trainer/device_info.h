@@ -1,6 +1,8 @@
 // What the run executes on: device choice, its bf16 peak (for MFU) and peak memory.
 #pragma once
 
+#include "distributed/launch_env.h"
+
 #include <ATen/ATen.h>
 
 #include <cstdint>
@@ -18,6 +20,10 @@ struct DeviceInfo {
 // "auto" picks cuda when LibTorch sees a GPU, else cpu. "cuda" without a GPU is an error.
 // cpu_threads > 0 sets LibTorch's intra-op thread count first.
 DeviceInfo resolve_device(const std::string& requested, int64_t cpu_threads = 0);
+// The device a data-parallel rank asks for: cuda:LOCAL_RANK where GPUs are
+// (`device: auto` or `cuda`), else the CPU. Throws for more ranks on a node than
+// GPUs, or for `device: cuda:N`, which every rank would share.
+std::string rank_device(const std::string& requested, const distributed::LaunchEnv& env);
 
 struct MemoryStats {
   int64_t peak_allocated_bytes = 0;  // CUDA caching allocator (0 on CPU)

@@ -9,6 +9,7 @@
 #include <c10/core/GradMode.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <stdexcept>
 
@@ -21,7 +22,7 @@ nlohmann::json EvalResult::to_json() const {
 }
 
 EvalResult evaluate(const models::CausalLM& model, data::DataPipeline& data, const at::Device& device,
-                    int64_t max_micro_batches) {
+                    int64_t max_micro_batches, distributed::Group* group) {
   const auto start = std::chrono::steady_clock::now();
   c10::NoGradGuard no_grad;
   EvalResult r;
@@ -45,8 +46,28 @@ EvalResult evaluate(const models::CausalLM& model, data::DataPipeline& data, con
       }
     }
   }
+  double total = loss_sum.item<double>();
+  if (group) {  // sums in rank order: the same result on every rank
+    char mine[160];
+    std::snprintf(mine, sizeof mine, "%.17g %lld %lld %lld %lld", total, (long long)r.supervised_tokens,
+                  (long long)r.tokens, (long long)r.examples, (long long)r.micro_batches);
+    static int64_t calls = 0;
+    const auto all = group->all_gather_text("eval/" + std::to_string(++calls), mine);
+    total = 0;
+    r.supervised_tokens = r.tokens = r.examples = r.micro_batches = 0;
+    for (const auto& line : all) {
+      double l = 0;
+      long long sup = 0, tok = 0, ex = 0, mb = 0;
+      std::sscanf(line.c_str(), "%lf %lld %lld %lld %lld", &l, &sup, &tok, &ex, &mb);
+      total += l;
+      r.supervised_tokens += sup;
+      r.tokens += tok;
+      r.examples += ex;
+      r.micro_batches += mb;
+    }
+  }
   if (r.supervised_tokens == 0) throw std::runtime_error("evaluation: the data has no supervised tokens");
-  r.loss = loss_sum.item<double>() / static_cast<double>(r.supervised_tokens);
+  r.loss = total / static_cast<double>(r.supervised_tokens);
   r.perplexity = std::exp(r.loss);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;

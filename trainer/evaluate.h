@@ -2,6 +2,7 @@
 #pragma once
 
 #include "data/data_pipeline.h"
+#include "distributed/group.h"
 #include "models/causal_lm.h"
 #include "trainer/config.h"
 
@@ -23,9 +24,11 @@ struct EvalResult {
   nlohmann::json to_json() const;
 };
 
-// max_micro_batches = 0: the whole stream.
+// max_micro_batches = 0: the whole stream (per rank). With a group, `data` is
+// this rank's share and the sums are combined over the ranks: every rank
+// returns the same result.
 EvalResult evaluate(const models::CausalLM& model, data::DataPipeline& data, const at::Device& device,
-                    int64_t max_micro_batches = 0);
+                    int64_t max_micro_batches = 0, distributed::Group* group = nullptr);
 
 // `fptrain eval`: the model of config.model.path on data.eval (or data.train when no eval set is given).
 EvalResult evaluate_config(const TrainConfig& config);

@@ -11,12 +11,25 @@ int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 }  // namespace
 
 FlatLayout::FlatLayout(const std::vector<std::pair<std::string, std::vector<int64_t>>>& params, int64_t alignment,
-                       int64_t shards)
+                       int64_t shards, int64_t bucket_elements)
     : alignment_(alignment), shards_(shards) {
-  if (alignment < 1 || shards < 1)
-    throw std::invalid_argument("FlatLayout: alignment and shards must be >= 1 (got " + std::to_string(alignment) +
-                                ", " + std::to_string(shards) + ")");
+  if (alignment < 1 || shards < 1 || bucket_elements < 0)
+    throw std::invalid_argument("FlatLayout: alignment and shards must be >= 1 and bucket_elements >= 0 (got " +
+                                std::to_string(alignment) + ", " + std::to_string(shards) + ", " +
+                                std::to_string(bucket_elements) + ")");
+  const int64_t unit = alignment * shards;
+  FlatBucket bucket;  // the one being filled
   int64_t offset = 0;
+  auto close_bucket = [&] {
+    // At least one unit, so that even an empty layout has a buffer.
+    bucket.size = std::max(round_up(offset - bucket.offset, unit), unit);
+    bucket.end_segment = segments_.size();
+    offset = bucket.offset + bucket.size;
+    buckets_.push_back(bucket);
+    bucket = FlatBucket{};
+    bucket.offset = offset;
+    bucket.first_segment = segments_.size();
+  };
   for (const auto& [name, shape] : params) {
     FlatSegment s;
     s.name = name;
@@ -30,25 +43,37 @@ FlatLayout::FlatLayout(const std::vector<std::pair<std::string, std::vector<int6
     offset += round_up(s.numel, alignment);
     numel_ += s.numel;
     segments_.push_back(std::move(s));
+    segment_bucket_.push_back(buckets_.size());
+    if (bucket_elements > 0 && offset - bucket.offset >= bucket_elements) close_bucket();
   }
-  // At least one shard's worth of alignment, so that even an empty layout has a buffer.
-  total_ = std::max(round_up(offset, alignment * shards), alignment * shards);
+  if (buckets_.empty() || bucket.first_segment < segments_.size()) close_bucket();
+  total_ = offset;
+}
+
+std::vector<ShardRange> FlatLayout::shard_ranges(int64_t r) const {
+  if (r < 0 || r >= shards_)
+    throw std::out_of_range("FlatLayout::shard_ranges: shard " + std::to_string(r) + " of " + std::to_string(shards_));
+  std::vector<ShardRange> out;
+  int64_t local = 0;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const int64_t n = buckets_[b].size / shards_;
+    out.push_back({b, buckets_[b].offset + r * n, local, n});
+    local += n;
+  }
+  return out;
 }
 
 std::vector<ShardPiece> FlatLayout::shard_pieces(int64_t r) const {
-  if (r < 0 || r >= shards_)
-    throw std::out_of_range("FlatLayout::shard_pieces: shard " + std::to_string(r) + " of " + std::to_string(shards_));
-  const int64_t begin = shard_begin(r), end = begin + shard_size();
   std::vector<ShardPiece> out;
-  // Segments are sorted by offset: start at the last one beginning at or before `begin`.
-  auto it = std::upper_bound(segments_.begin(), segments_.end(), begin,
-                             [](int64_t v, const FlatSegment& s) { return v < s.offset; });
-  size_t i = it == segments_.begin() ? 0 : static_cast<size_t>(it - segments_.begin()) - 1;
-  for (; i < segments_.size() && segments_[i].offset < end; ++i) {
-    const FlatSegment& s = segments_[i];
-    const int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.numel);
-    if (lo >= hi) continue;  // the shard starts in this segment's padding, or the segment is empty
-    out.push_back({i, lo - s.offset, lo, hi - lo});
+  for (const ShardRange& range : shard_ranges(r)) {
+    const int64_t begin = range.flat_offset, end = begin + range.numel;
+    const FlatBucket& b = buckets_[range.bucket];
+    for (size_t i = b.first_segment; i < b.end_segment && segments_[i].offset < end; ++i) {
+      const FlatSegment& s = segments_[i];
+      const int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.numel);
+      if (lo >= hi) continue;  // outside the slice, or the segment is empty
+      out.push_back({i, lo - s.offset, lo, hi - lo, range.local_offset + (lo - begin)});
+    }
   }
   return out;
 }

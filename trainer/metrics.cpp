@@ -61,18 +61,36 @@ std::string format_duration(double seconds) {
 }
 
 MetricsLogger::MetricsLogger(const fs::path& output_dir, int64_t total_steps, int64_t num_parameters,
-                             const DeviceInfo& device, int64_t resume_step)
+                             const DeviceInfo& device, int64_t resume_step, MetricsScope scope)
     : path_(output_dir / "metrics.jsonl"),
+      scope_(std::move(scope)),
       total_steps_(total_steps),
       num_parameters_(num_parameters),
       device_(device),
       start_step_(resume_step),
       started_(std::chrono::steady_clock::now()) {
+  if (!scope_.writer) return;
   fs::create_directories(output_dir);
   if (resume_step > 0) truncate_after(path_, resume_step);
   else fs::remove(path_);
   out_.open(path_, std::ios::app);
   if (!out_) throw std::runtime_error(path_.string() + ": cannot open for writing");
+}
+
+void MetricsLogger::write(const nlohmann::json& j) {
+  if (!scope_.writer) return;
+  out_ << j.dump() << '\n';
+  out_.flush();
+}
+
+MemoryStats MetricsLogger::peak_memory() const {
+  MemoryStats m = memory_stats(device_.device);
+  if (scope_.max_over_ranks) {
+    m.peak_allocated_bytes = scope_.max_over_ranks(m.peak_allocated_bytes);
+    m.peak_reserved_bytes = scope_.max_over_ranks(m.peak_reserved_bytes);
+    m.peak_rss_bytes = scope_.max_over_ranks(m.peak_rss_bytes);
+  }
+  return m;
 }
 
 void MetricsLogger::record(const StepRecord& r, int64_t log_interval, bool force) {
@@ -87,13 +105,14 @@ void MetricsLogger::flush_interval() {
   for (const auto& p : pending_) losses.push_back(p.loss);
   const at::Tensor host = at::stack(losses).to(at::kDouble).cpu();
   const double* lv = host.data_ptr<double>();
-  double loss_sum = 0, seconds = 0, wait = 0;
+  double loss_sum = 0, seconds = 0, wait = 0, comm = 0;
   int64_t tokens = 0, padding = 0, supervised = 0, examples = 0;
   for (size_t i = 0; i < pending_.size(); ++i) {
     const auto& p = pending_[i];
     loss_sum += lv[i];
     seconds += p.step_seconds;
     wait += p.data_wait_seconds;
+    comm += p.comm_seconds;
     tokens += p.tokens - p.padding;
     padding += p.padding;
     supervised += p.supervised;
@@ -114,9 +133,11 @@ void MetricsLogger::flush_interval() {
   const double tps = seconds > 0 ? tokens / seconds : 0.0;
   const double sps = seconds > 0 ? supervised / seconds : 0.0;
   const double pad_frac = (tokens + padding) > 0 ? static_cast<double>(padding) / (tokens + padding) : 0.0;
+  // Tokens are the whole group's; MFU is per GPU.
+  const double tps_gpu = tps / scope_.world_size;
   std::optional<double> mfu;
-  if (device_.peak_bf16_flops) mfu = 6.0 * static_cast<double>(num_parameters_) * tps / *device_.peak_bf16_flops;
-  const MemoryStats mem = memory_stats(device_.device);
+  if (device_.peak_bf16_flops) mfu = 6.0 * static_cast<double>(num_parameters_) * tps_gpu / *device_.peak_bf16_flops;
+  const MemoryStats mem = peak_memory();
 
   totals_.steps += static_cast<int64_t>(pending_.size());
   totals_.examples += examples;
@@ -152,8 +173,16 @@ void MetricsLogger::flush_interval() {
     j["peak_allocated_bytes"] = mem.peak_allocated_bytes;
     j["peak_reserved_bytes"] = mem.peak_reserved_bytes;
   }
-  out_ << j.dump() << '\n';
-  out_.flush();
+  if (scope_.world_size > 1) {
+    j["world_size"] = scope_.world_size;
+    j["tokens_per_s_per_gpu"] = tps_gpu;
+    j["comm_wait_s"] = comm / n;
+  }
+  write(j);
+  if (!scope_.writer) {
+    pending_.clear();
+    return;
+  }
 
   std::ostringstream line;
   char buf[256];
@@ -161,6 +190,10 @@ void MetricsLogger::flush_interval() {
                 (long long)last.step, (long long)total_steps_, loss, last.lr, grad_norm, format_count(tps).c_str(),
                 format_count(sps).c_str());
   line << buf;
+  if (scope_.world_size > 1) {
+    std::snprintf(buf, sizeof buf, " (%s per GPU)", format_count(tps_gpu).c_str());
+    line << buf;
+  }
   if (pad_frac > 0) {
     std::snprintf(buf, sizeof buf, " | pad %.1f%%", 100 * pad_frac);
     line << buf;
@@ -187,8 +220,8 @@ void MetricsLogger::record_eval(int64_t step, double loss, int64_t supervised_to
   nlohmann::json j = {{"event", "eval"},         {"step", step},
                       {"eval_loss", loss},       {"eval_perplexity", std::exp(loss)},
                       {"eval_supervised_tokens", supervised_tokens}, {"eval_seconds", seconds}};
-  out_ << j.dump() << '\n';
-  out_.flush();
+  write(j);
+  if (!scope_.writer) return;
   char buf[256];
   std::snprintf(buf, sizeof buf, "eval at step %lld: loss %.4f | perplexity %.2f | %lld supervised tokens in %s",
                 (long long)step, loss, std::exp(loss), (long long)supervised_tokens, format_duration(seconds).c_str());
@@ -199,12 +232,11 @@ void MetricsLogger::note(const std::string& event, const nlohmann::json& fields)
   flush_interval();
   nlohmann::json j = fields;
   j["event"] = event;
-  out_ << j.dump() << '\n';
-  out_.flush();
+  write(j);
 }
 
 nlohmann::json MetricsLogger::summary() const {
-  const MemoryStats mem = memory_stats(device_.device);
+  const MemoryStats mem = peak_memory();
   const double tps = totals_.seconds > 0 ? totals_.tokens / totals_.seconds : 0.0;
   nlohmann::json j = {{"steps", totals_.steps},
                       {"examples", totals_.examples},
@@ -218,8 +250,10 @@ nlohmann::json MetricsLogger::summary() const {
                       {"num_parameters", num_parameters_},
                       {"device", device_.name},
                       {"peak_rss_bytes", mem.peak_rss_bytes}};
+  j["world_size"] = scope_.world_size;
+  j["tokens_per_s_per_gpu"] = tps / scope_.world_size;
   if (device_.peak_bf16_flops) {
-    j["mfu"] = 6.0 * static_cast<double>(num_parameters_) * tps / *device_.peak_bf16_flops;
+    j["mfu"] = 6.0 * static_cast<double>(num_parameters_) * tps / scope_.world_size / *device_.peak_bf16_flops;
     j["peak_bf16_flops"] = *device_.peak_bf16_flops;
   }
   if (device_.device.is_cuda()) {

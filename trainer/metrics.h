@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,6 +35,19 @@ struct StepRecord {
   int64_t supervised = 0;
   double step_seconds = 0.0;  // wall time of the whole step, data wait included
   double data_wait_seconds = 0.0;
+  // Host time spent waiting for gradient and weight collectives that nothing
+  // overlapped (store collectives; with NCCL the host never waits: 0).
+  double comm_seconds = 0.0;
+};
+
+// How a data-parallel rank takes part in metrics: every rank records every step
+// (the examples, tokens and loss of a record are global), rank 0 alone writes.
+struct MetricsScope {
+  int world_size = 1;
+  bool writer = true;  // rank 0: console, metrics.jsonl
+  // The largest value over the ranks (peak memory); called at the same log
+  // steps on every rank. Unset: this rank's value.
+  std::function<int64_t(int64_t)> max_over_ranks;
 };
 
 struct RunTotals {
@@ -53,7 +67,7 @@ class MetricsLogger {
   // Appends to <output_dir>/metrics.jsonl. On resume, records after `resume_step` (from a run that died
   // before its next checkpoint) are removed first so the file stays one record per step.
   MetricsLogger(const std::filesystem::path& output_dir, int64_t total_steps, int64_t num_parameters,
-                const DeviceInfo& device, int64_t resume_step);
+                const DeviceInfo& device, int64_t resume_step, MetricsScope scope = {});
 
   // Adds one step; at every `log_interval`-th step (and when `force`) syncs, prints and writes.
   void record(const StepRecord& r, int64_t log_interval, bool force = false);
@@ -69,8 +83,12 @@ class MetricsLogger {
  private:
   void flush_interval();
 
+  void write(const nlohmann::json& j);
+  MemoryStats peak_memory() const;
+
   std::filesystem::path path_;
   std::ofstream out_;
+  MetricsScope scope_;
   int64_t total_steps_;
   int64_t num_parameters_;
   DeviceInfo device_;

@@ -66,8 +66,10 @@ std::shared_ptr<const tokenizer::Tokenizer> load_checked_tokenizer(const std::fi
   return tok;
 }
 
-data::DataOptions make_data_options(const TrainConfig& c, bool eval) {
+data::DataOptions make_data_options(const TrainConfig& c, bool eval, int rank, int world_size) {
   data::DataOptions o;
+  o.rank = rank;
+  o.world_size = world_size;
   o.files = eval ? c.data.eval : c.data.train;
   o.max_length = c.data.max_length;
   o.overlong = c.data.overlong;

@@ -43,7 +43,8 @@ std::shared_ptr<const tokenizer::Tokenizer> load_checked_tokenizer(const std::fi
                                                               const models::ModelConfig& config);
 
 // Options for the training stream (`train`) or a single ordered pass over data.eval.
-data::DataOptions make_data_options(const TrainConfig& config, bool eval);
+// `rank` of `world_size`: this rank's share of every step (data parallelism).
+data::DataOptions make_data_options(const TrainConfig& config, bool eval, int rank = 0, int world_size = 1);
 
 // Activation checkpointing on every k-th decoder layer (k = 0: off).
 void set_activation_checkpointing(models::CausalLM& model, int64_t every_k);

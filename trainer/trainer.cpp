@@ -2,11 +2,13 @@
 
 #include "data/data_pipeline.h"
 #include "models/checkpoint.h"
+#include "distributed/group.h"
 #include "trainer/adamw.h"
 #include "trainer/checkpoint_store.h"
 #include "trainer/device_batch.h"
 #include "trainer/device_info.h"
 #include "trainer/evaluate.h"
+#include "trainer/grad_reducer.h"
 #include "trainer/log/log.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
@@ -65,12 +67,23 @@ class Run {
  public:
   explicit Run(const TrainConfig& config) : config_(config), output_dir_(config.output_dir) {}
   TrainOutcome execute();
+  // This rank failed: the others learn it at once (data parallelism).
+  void report_failure(const std::string& message) noexcept {
+    if (group_) group_->report_failure(message);
+  }
 
  private:
   void set_up();
+  void join_group(const distributed::LaunchEnv& env);
+  std::optional<fs::path> agree_on_resume();
+  void make_optimizer();
+  fs::path save_together(TrainingState& state);
+  bool leader() const { return !group_ || group_->rank() == 0; }
+  int rank() const { return group_ ? group_->rank() : 0; }
+  int world() const { return group_ ? group_->world_size() : 1; }
   StepRecord train_step(const data::TrainStep& step);
   StepRecord train_step_or_explain_oom(const data::TrainStep& step);
-  Stop stop_reason() const;
+  Stop stop_reason();
   void evaluate_and_save_on_schedule();
   TrainOutcome finish(Stop stop, double wall_seconds);
   void save();
@@ -84,8 +97,12 @@ class Run {
   LoadedModel model_;
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<data::DataPipeline> data_;
+  std::unique_ptr<distributed::Group> group_;  // data parallelism; null for one process
   std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<GradReducer> reducer_;  // with group_
   std::unique_ptr<MetricsLogger> metrics_;
+  int64_t first_step_ = 0;  // the step this process started from
+  int64_t gather_seq_ = 0;
   int64_t step_ = 0;  // optimizer steps completed
   int64_t total_steps_ = 0;
   int64_t last_saved_step_ = -1;
@@ -103,8 +120,9 @@ TrainOutcome Run::execute() {
   while (step_ < total_steps_ && stop == Stop::kNone) {
     const auto step_start = Clock::now();
     // A stop request also ends the wait for data (a long stretch of skipped
-    // lines can hold the next step back for minutes).
-    const std::optional<data::TrainStep> batch = data_->next_step(stop_requested);
+    // lines can hold the next step back for minutes) — for one process only:
+    // data-parallel ranks must all take the same steps, and agree on stopping.
+    const std::optional<data::TrainStep> batch = group_ ? data_->next_step() : data_->next_step(stop_requested);
     if (!batch) {
       stop = stop_requested() ? Stop::kSignal : Stop::kDataEnded;
       break;
@@ -124,7 +142,9 @@ TrainOutcome Run::execute() {
     metrics_->record(rec, config_.logging.log_interval, /*force=*/stop != Stop::kNone);
     evaluate_and_save_on_schedule();
   }
-  return finish(stop, seconds_since(run_start));
+  TrainOutcome outcome = finish(stop, seconds_since(run_start));
+  if (group_) group_->finish();
+  return outcome;
 }
 
 // Forward + backward of every micro-batch (loss sum / the step's supervised
@@ -135,26 +155,38 @@ StepRecord Run::train_step(const data::TrainStep& ts) {
   StepRecord rec;
   // Backward adds every micro-batch's gradients into the optimizer's flat buffer
   // in place; with fp32 accumulation they move into fp32 sums between micro-batches.
+  // With data parallelism the last micro-batch's backward reduces the gradients
+  // across ranks as its buckets fill (GradReducer).
   const bool fp32_sums = config_.optimizer.fp32_grad_accumulation && optimizer_->has_master_weights();
   int64_t remaining = 0;
   for (const auto& mb : ts.micro_batches) remaining += mb.num_tokens > 0;
   for (const auto& mb : ts.micro_batches) {
     if (mb.num_tokens == 0) continue;  // an empty slot at the end of an epoch
     const DeviceBatch b = to_device(mb, device_.device);
+    if (reducer_ && remaining == 1) reducer_->arm();
     const models::LossOutput out = model_.model->loss(b.input, b.labels);
     (out.loss_sum / denominator).backward();
     if (fp32_sums && --remaining > 0) optimizer_->accumulate_gradients();
+    if (!fp32_sums) --remaining;
     loss_sum += out.loss_sum.detach();
-    rec.examples += b.num_examples;
-    rec.tokens += b.num_tokens;
-    rec.padding += b.num_padding;
-    rec.supervised += b.num_supervised;
+  }
+  // The whole step's figures (every rank's micro-batches).
+  rec.examples = ts.global_examples;
+  rec.tokens = ts.global_tokens;
+  rec.padding = ts.global_padding;
+  rec.supervised = ts.global_supervised;
+  if (reducer_) {
+    const auto wait_start = Clock::now();
+    reducer_->finish();
+    group_->comm().all_reduce_sum(loss_sum).wait();
+    rec.comm_seconds = seconds_since(wait_start);
   }
   const double lr = learning_rate(config_.schedule, config_.optimizer.lr, step_, total_steps_);
   // The norm and the clip coefficient stay on the device; step() applies the coefficient in its kernel.
   rec.grad_norm = optimizer_->grad_norm(config_.optimizer.grad_clip);
   optimizer_->step(lr);
   ++step_;
+  if (group_) group_->set_step(step_);
   rec.step = step_;
   rec.epoch = ts.epoch;
   rec.lr = lr;
@@ -178,8 +210,11 @@ StepRecord Run::train_step_or_explain_oom(const data::TrainStep& ts) {
   }
 }
 
-Stop Run::stop_reason() const {
-  if (stop_requested()) return Stop::kSignal;
+Stop Run::stop_reason() {
+  bool stop = stop_requested();
+  // A signal may reach some ranks only: the group votes (Group::stop_vote).
+  if (group_) stop = group_->stop_vote(step_, stop, first_step_ + 1);
+  if (stop) return Stop::kSignal;
   const int64_t at = config_.training.stop_at_step;
   if (at > 0 && step_ == at && step_ < total_steps_) return Stop::kStopAtStep;
   return Stop::kNone;
@@ -192,18 +227,24 @@ void Run::evaluate_and_save_on_schedule() {
 }
 
 void Run::set_up() {
+  // Launched by torchrun, srun or by hand with RANK / WORLD_SIZE / ...: one rank of a group.
+  const std::optional<distributed::LaunchEnv> env = distributed::read_launch_env();
+  if (env) log::set_rank(env->rank);
   std::error_code ec;
   fs::create_directories(output_dir_, ec);
   if (ec || !fs::is_directory(output_dir_))
     throw std::runtime_error(output_dir_.string() + ": cannot create the output folder (" +
                              (ec ? ec.message() : std::string("not a folder")) +
                              "); output_dir must be a writable folder");
-  lock_ = std::make_unique<OutputDirLock>(output_dir_);
-  log::also_to_file((output_dir_ / "train.log").string());
-  device_ = resolve_device(config_.device, config_.cpu_threads);
-  resume_from_ = resolve_resume(config_);
+  if (!env || env->rank == 0) {  // the group's files are rank 0's
+    lock_ = std::make_unique<OutputDirLock>(output_dir_);
+    log::also_to_file((output_dir_ / "train.log").string());
+  }
+  device_ = resolve_device(env ? rank_device(config_.device, *env) : config_.device, config_.cpu_threads);
+  if (env) join_group(*env);
+  resume_from_ = agree_on_resume();
   std::optional<TrainingState> state;
-  if (resume_from_) state = load_training_state(*resume_from_);
+  if (resume_from_) state = load_training_state(*resume_from_, rank(), world());
 
   // The model: the checkpoint's weights when resuming (the optimizer state then
   // restores the fp32 masters exactly), else the configured model.
@@ -211,7 +252,7 @@ void Run::set_up() {
                       /*trainable=*/true);
   tokenizer_ = load_checked_tokenizer(config_.model.path, model_.config);
 
-  const data::DataOptions options = make_data_options(config_, /*eval=*/false);
+  const data::DataOptions options = make_data_options(config_, /*eval=*/false, rank(), world());
   total_steps_ = config_.training.max_steps;
   if (total_steps_ == 0) {
     log::info("counting the steps of " + std::to_string(config_.training.epochs) + " epoch(s)...");
@@ -222,12 +263,20 @@ void Run::set_up() {
   data_ = std::make_unique<data::DataPipeline>(options, tokenizer_,
                                                state ? std::optional<data::DataCursor>(cursor_) : std::nullopt);
 
-  std::vector<std::string> names = models::parameter_names_in_model_order(model_.config);
-  std::vector<at::Tensor> params;
-  for (const auto& n : names) params.push_back(model_.model->parameters().at(n));
-  optimizer_ = std::make_unique<AdamW>(names, params, config_.optimizer);
+  make_optimizer();
   if (state) {
     optimizer_->load_state(state->optimizer, state->step, state->tensors_file.string());
+    if (state->world_size != world())
+      log::info("the checkpoint was written by " + std::to_string(state->world_size) + " rank(s); continuing on " +
+                std::to_string(world()) + " (the data continues where it stopped; the global batch is now " +
+                std::to_string(world()) + " x the per-rank micro-batches x grad_accumulation)");
+    if (state->optimizer_shards != (optimizer_->sharded() ? world() : 1))
+      log::info("the checkpoint's optimizer state was " +
+                (state->optimizer_shards > 1 ? "sharded over " + std::to_string(state->optimizer_shards) + " ranks"
+                                             : std::string("whole")) +
+                (optimizer_->sharded() ? "; resharded for " + std::to_string(world()) + " ranks"
+                 : world() > 1         ? "; every rank of " + std::to_string(world()) + " holds all of it"
+                                       : std::string("; loaded whole")));
     restore_rng_states(state->rng);
     step_ = state->step;
     last_saved_step_ = step_;
@@ -239,12 +288,86 @@ void Run::set_up() {
   } else {
     at::manual_seed(config_.training.seed);
   }
+  first_step_ = step_;
+  if (group_) group_->set_step(step_);
 
-  common::write_file_atomically(output_dir_ / "config.yaml", to_yaml(config_));
-  metrics_ = std::make_unique<MetricsLogger>(output_dir_, total_steps_, model_.config.num_parameters(), device_, step_);
+  if (leader()) common::write_file_atomically(output_dir_ / "config.yaml", to_yaml(config_));
+  MetricsScope scope;
+  scope.world_size = world();
+  scope.writer = leader();
+  if (group_)
+    scope.max_over_ranks = [this](int64_t v) {
+      int64_t top = v;
+      for (const auto& s : group_->all_gather_text("max/" + std::to_string(++gather_seq_), std::to_string(v)))
+        top = std::max<int64_t>(top, std::stoll(s));
+      return top;
+    };
+  metrics_ = std::make_unique<MetricsLogger>(output_dir_, total_steps_, model_.config.num_parameters(), device_, step_,
+                                             std::move(scope));
   log_run_banner(config_, model_.config, device_, model_.dtype, model_.backend, optimizer_->has_master_weights(),
                  total_steps_);
+  if (group_) {
+    const FlatLayout& l = optimizer_->flat().layout();
+    log::info("data parallel: " + std::to_string(world()) + " ranks (" + group_->comm().kind() + "), optimizer " +
+              (optimizer_->sharded() ? "sharded (each rank: 1/" + std::to_string(world()) + " of masters and moments)"
+                                     : std::string("replicated")) +
+              ", " + std::to_string(l.buckets().size()) + " gradient buckets of ~" +
+              std::to_string(config_.distributed.bucket_mb) + " MiB; per rank " +
+              format_count(static_cast<double>(optimizer_->flat().weights().nbytes())) + "B weights, " +
+              format_count(static_cast<double>(optimizer_->flat().grads().nbytes())) + "B gradients, " +
+              format_count(static_cast<double>(optimizer_->exp_avg().nbytes() * 2 +
+                                               (optimizer_->master().defined() ? optimizer_->master().nbytes() : 0))) +
+              "B optimizer state");
+  }
   if (resume_from_) log::info("resumed from " + resume_from_->string() + " at step " + std::to_string(step_));
+}
+
+void Run::join_group(const distributed::LaunchEnv& env) {
+  if (config_.optimizer.fp32_grad_accumulation)
+    throw std::invalid_argument(config_.source +
+                                ": optimizer.fp32_grad_accumulation is not available with data parallelism yet");
+  distributed::GroupOptions o;
+  o.timeout = std::chrono::seconds(config_.distributed.timeout);
+  o.nccl = device_.device.is_cuda();
+  o.device_index = device_.device.is_cuda() ? device_.device.index() : -1;
+  o.fatal = [](const std::string& message) { log::error(message); };
+  group_ = distributed::Group::join(env, o);
+  // Every rank must train the same thing: compare the resolved configurations.
+  group_->check_same("configuration (resolved YAML: config files and --set)", to_yaml(config_));
+  log::info("joined the group as " + env.describe() + "; device " + device_.name);
+}
+
+// Rank 0 decides (the others may see the folder a moment later); all follow.
+std::optional<fs::path> Run::agree_on_resume() {
+  if (!group_) return resolve_resume(config_);
+  std::string mine;
+  if (leader()) {
+    try {
+      const auto r = resolve_resume(config_);
+      mine = r ? "path " + r->string() : "none";
+    } catch (const std::exception& e) {
+      mine = std::string("error ") + e.what();
+    }
+  }
+  const std::string decided = group_->all_gather_text("resume", mine).at(0);
+  if (decided.rfind("error ", 0) == 0) throw std::invalid_argument(decided.substr(6));
+  if (decided == "none") return std::nullopt;
+  return fs::path(decided.substr(5));
+}
+
+void Run::make_optimizer() {
+  std::vector<std::string> names = models::parameter_names_in_model_order(model_.config);
+  std::vector<at::Tensor> params;
+  for (const auto& n : names) params.push_back(model_.model->parameters().at(n));
+  DataParallelSpec dp;
+  if (group_) {
+    dp.comm = &group_->comm();
+    dp.shard = config_.distributed.shard_optimizer != ShardOptimizer::kOff;
+    dp.bucket_elements = config_.distributed.bucket_mb * (int64_t{1} << 20) /
+                         static_cast<int64_t>(c10::elementSize(params.front().scalar_type()));
+  }
+  optimizer_ = std::make_unique<AdamW>(names, params, config_.optimizer, FlatLayout::kDefaultAlignment, dp);
+  if (group_) reducer_ = std::make_unique<GradReducer>(optimizer_->flat(), group_->comm(), optimizer_->sharded());
 }
 
 void Run::save() {
@@ -252,25 +375,82 @@ void Run::save() {
   const auto start = Clock::now();
   TrainingState state;
   state.step = step_;
+  state.world_size = world();
   state.total_steps = total_steps_;
   state.data_cursor = cursor_.to_json();
   state.counters = counters_;
   state.config_yaml = to_yaml(config_);
   state.optimizer = optimizer_->state();
   state.rng = capture_rng_states();
-  const fs::path dir = save_checkpoint(output_dir_, model_.config, model_.model->parameters(), model_.dtype,
-                                       config_.model.path, state);
-  prune_checkpoints(output_dir_, config_.checkpoint.keep_last);
+  const fs::path dir = group_ ? save_together(state)
+                              : save_checkpoint(output_dir_, model_.config, model_.model->parameters(), model_.dtype,
+                                                config_.model.path, state);
+  if (leader()) prune_checkpoints(output_dir_, config_.checkpoint.keep_last);
   last_saved_step_ = step_;
   last_checkpoint_ = dir;
   metrics_->note("checkpoint", {{"step", step_}, {"path", dir.string()}, {"seconds", seconds_since(start)}});
   log::info("saved checkpoint " + dir.string() + " (" + format_duration(seconds_since(start)) + ")");
 }
 
+// A checkpoint of the whole group: rank 0 prepares a hidden folder, every rank
+// writes its optimizer shard into it, and only when all succeeded does rank 0 add
+// the model and rename it into place; otherwise it is removed and the previous
+// checkpoint stays the latest.
+fs::path Run::save_together(TrainingState& state) {
+  const std::string tag = "save/" + std::to_string(step_) + "/";
+  std::string prepared;
+  if (leader()) {
+    try {
+      prepared = "ok " + prepare_checkpoint(output_dir_, step_).string();
+    } catch (const std::exception& e) {
+      prepared = std::string("error ") + e.what();
+    }
+  }
+  prepared = group_->all_gather_text(tag + "prepare", prepared).at(0);
+  if (prepared.rfind("error ", 0) == 0)
+    throw std::runtime_error("checkpoint at step " + std::to_string(step_) + " not saved: rank 0: " + prepared.substr(6));
+  const fs::path staging = prepared.substr(3);
+  std::string written = "ok";
+  if (optimizer_->sharded()) {
+    state.optimizer_shards = world();
+    try {
+      write_shard_state(staging, rank(), state);
+    } catch (const std::exception& e) {
+      written = e.what();
+    }
+  }
+  std::string failures;
+  const auto all = group_->all_gather_text(tag + "written", written);
+  for (int r = 0; r < world(); ++r)
+    if (all[r] != "ok") failures += "\n  rank " + std::to_string(r) + ": " + all[r];
+  std::string committed;
+  if (leader()) {
+    if (!failures.empty()) {
+      common::remove_tree(staging);
+    } else {
+      try {
+        TrainingState whole = state;
+        if (optimizer_->sharded()) whole.optimizer.clear();  // in the ranks' files
+        committed = "ok " + commit_checkpoint(staging, output_dir_, model_.config, model_.model->parameters(),
+                                              model_.dtype, config_.model.path, whole).string();
+      } catch (const std::exception& e) {
+        failures += "\n  rank 0: " + std::string(e.what());
+      }
+    }
+    if (!failures.empty()) committed = "error" + failures;
+  }
+  committed = group_->all_gather_text(tag + "commit", committed).at(0);
+  if (committed.rfind("ok ", 0) != 0)
+    throw std::runtime_error("checkpoint at step " + std::to_string(step_) + " not saved (the previous one stays the "
+                             "latest):" + committed.substr(5));
+  return fs::path(committed.substr(3));
+}
+
 void Run::run_eval() {
   if (config_.data.eval.empty()) return;
-  data::DataPipeline eval_data(make_data_options(config_, /*eval=*/true), tokenizer_);
-  const EvalResult r = evaluate(*model_.model, eval_data, device_.device, config_.logging.eval_max_batches);
+  data::DataPipeline eval_data(make_data_options(config_, /*eval=*/true, rank(), world()), tokenizer_);
+  const EvalResult r =
+      evaluate(*model_.model, eval_data, device_.device, config_.logging.eval_max_batches, group_.get());
   metrics_->record_eval(step_, r.loss, r.supervised_tokens, r.seconds);
 }
 
@@ -287,8 +467,10 @@ TrainOutcome Run::finish(Stop stop, double wall_seconds) {
   if (stop == Stop::kSignal || stop == Stop::kStopAtStep) {
     outcome.interrupted = true;
     outcome.signal = stop == Stop::kSignal ? stop_signal_number() : 0;
-    const std::string why = outcome.signal == SIGTERM ? "SIGTERM" : outcome.signal == SIGINT ? "SIGINT"
-                                                                                                : "training.stop_at_step";
+    const std::string why = outcome.signal == SIGTERM ? "SIGTERM"
+                            : outcome.signal == SIGINT ? "SIGINT"
+                            : stop == Stop::kSignal    ? "a signal to another rank"
+                                                       : "training.stop_at_step";
     if (step_ == 0 && !last_checkpoint_) {  // stopped while waiting for the first step's data
       log::info("stopped by " + why + " before the first step; nothing was trained and no checkpoint was written");
     } else {
@@ -312,8 +494,10 @@ TrainOutcome Run::finish(Stop stop, double wall_seconds) {
   outcome.summary["attention"] = std::string(attention::backend_name(model_.backend));
   if (last_checkpoint_) outcome.summary["checkpoint"] = last_checkpoint_->string();
   outcome.summary["data"] = cursor_.stats.to_json();  // every example read: used, truncated, dropped, skipped
-  common::write_file_atomically(output_dir_ / "summary.json", outcome.summary.dump(2) + "\n");
-  log_run_summary(*metrics_, outcome.summary, cursor_.stats, output_dir_ / "summary.json", wall_seconds);
+  if (leader()) {
+    common::write_file_atomically(output_dir_ / "summary.json", outcome.summary.dump(2) + "\n");
+    log_run_summary(*metrics_, outcome.summary, cursor_.stats, output_dir_ / "summary.json", wall_seconds);
+  }
   return outcome;
 }
 
@@ -339,7 +523,12 @@ std::optional<fs::path> resolve_resume(const TrainConfig& config) {
 TrainOutcome train(const TrainConfig& config) {
   validate(config);
   Run run(config);
-  return run.execute();
+  try {
+    return run.execute();
+  } catch (const std::exception& e) {
+    run.report_failure(e.what());
+    throw;
+  }
 }
 
 }  // namespace fptrain::trainer

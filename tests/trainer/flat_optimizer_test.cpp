@@ -50,13 +50,14 @@ TEST(TrainFlatLayout, ShardPiecesCoverEveryParameterElementExactlyOnce) {
       std::vector<std::vector<int>> seen(layout.segments().size());
       for (size_t i = 0; i < seen.size(); ++i) seen[i].assign(static_cast<size_t>(layout.segments()[i].numel), 0);
       for (int64_t r = 0; r < shards; ++r) {
-        int64_t prev_end = layout.shard_begin(r);
+        int64_t prev_end = r * layout.shard_size();  // one bucket: shard r is one range
         for (const ShardPiece& p : layout.shard_pieces(r)) {
           const FlatSegment& s = layout.segments().at(p.segment);
           ASSERT_GT(p.numel, 0);
           // Inside the shard, in flat order, and where the segment says.
           EXPECT_GE(p.flat_offset, prev_end);
-          EXPECT_LE(p.flat_offset + p.numel, layout.shard_begin(r) + layout.shard_size());
+          EXPECT_LE(p.flat_offset + p.numel, (r + 1) * layout.shard_size());
+          EXPECT_EQ(p.local_offset, p.flat_offset - r * layout.shard_size());
           EXPECT_EQ(p.flat_offset, s.offset + p.segment_offset);
           prev_end = p.flat_offset + p.numel;
           for (int64_t k = 0; k < p.numel; ++k) {

@@ -9,9 +9,11 @@
 namespace fptrain::trainer::log {
 namespace {
 
+std::string pattern = "[%H:%M:%S] %^%l%$ %v";
+
 void setup_once() {
   static const bool done = [] {
-    spdlog::set_pattern("[%H:%M:%S] %^%l%$ %v");
+    spdlog::set_pattern(pattern);
     return true;
   }();
   (void)done;
@@ -37,6 +39,13 @@ void debug(const std::string& message) {
 }
 void set_verbose(bool verbose) { spdlog::set_level(verbose ? spdlog::level::debug : spdlog::level::info); }
 
+void set_rank(int rank) {
+  setup_once();
+  pattern = "[%H:%M:%S] rank " + std::to_string(rank) + " %^%l%$ %v";
+  spdlog::set_pattern(pattern);
+  if (rank != 0 && spdlog::get_level() < spdlog::level::warn) spdlog::set_level(spdlog::level::warn);
+}
+
 void also_to_file(const std::string& path) {
   setup_once();
   auto console = std::make_shared<spdlog::sinks::stdout_color_sink_mt>();
@@ -45,7 +54,7 @@ void also_to_file(const std::string& path) {
   logger->set_level(spdlog::get_level());
   logger->flush_on(spdlog::level::info);
   spdlog::set_default_logger(logger);
-  spdlog::set_pattern("[%H:%M:%S] %^%l%$ %v");
+  spdlog::set_pattern(pattern);
 }
 
 }  // namespace fptrain::trainer::log

@@ -14,6 +14,9 @@ void warn(const std::string& message);
 void error(const std::string& message);
 void debug(const std::string& message);
 void set_verbose(bool verbose);  // debug messages on/off
+// A data-parallel rank: messages say "rank R"; ranks other than 0 print
+// warnings and errors only (rank 0 tells the story of the run).
+void set_rank(int rank);
 // Also appends every message to `path` (e.g. <output_dir>/train.log) from now on.
 void also_to_file(const std::string& path);
 

@@ -1,0 +1,53 @@
+// Tensor collectives of a data-parallel group, one interface for both kinds of
+// process: NCCL (ProcessGroupNCCL) between GPUs, and a reduction over the TCP
+// store between CPU processes (slow, but the same trainer code path; CI's
+// multi-rank tests run on it).
+//
+// Every rank calls the same collectives in the same order. Sums are summed in
+// rank order by the store implementation, so every rank gets bit-identical
+// results; NCCL's are deterministic for a fixed topology.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <string>
+
+namespace fptrain::distributed {
+
+// A collective in flight. wait() makes the current CUDA stream wait for it (no
+// host synchronization); on the store path the work is already done.
+class Pending {
+ public:
+  Pending() = default;
+  explicit Pending(c10::intrusive_ptr<c10d::Work> work) : work_(std::move(work)) {}
+  void wait();
+  bool empty() const { return !work_; }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual std::string kind() const = 0;  // "nccl", "store"
+
+  // In place: t = sum over ranks of t.
+  virtual Pending all_reduce_sum(at::Tensor t) = 0;
+  // In place: t = max over ranks of t.
+  virtual Pending all_reduce_max(at::Tensor t) = 0;
+  // full: [world × n] on every rank; out ([n]) = sum over ranks of full's chunk
+  // `rank`. out may be that chunk of full itself (in place).
+  virtual Pending reduce_scatter_sum(at::Tensor full, at::Tensor out) = 0;
+  // shard ([n]) of every rank into full ([world × n]), rank order. shard may be
+  // full's own chunk `rank` (in place).
+  virtual Pending all_gather(at::Tensor shard, at::Tensor full) = 0;
+  // t = root's t on every rank.
+  virtual Pending broadcast(at::Tensor t, int root) = 0;
+};
+
+}  // namespace fptrain::distributed

@@ -1,0 +1,153 @@
+#include "distributed/group.h"
+
+#include "distributed/store_communicator.h"
+#ifdef FPTRAIN_DISTRIBUTED_NCCL
+#include "distributed/nccl_communicator.h"
+#endif
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <stdexcept>
+#include <thread>
+
+namespace fptrain::distributed {
+namespace {
+
+std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
+std::string text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+constexpr int64_t kStopFlag = int64_t{1} << 20;  // stop votes: count + kStopFlag x wanting to stop
+
+c10::intrusive_ptr<c10d::Store> open_store(const LaunchEnv& env, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions o;
+  o.port = env.master_port;
+  o.timeout = timeout;
+  o.isServer = !env.use_agent_store && env.rank == 0;
+  if (o.isServer) o.numWorkers = static_cast<size_t>(env.world_size);
+  o.waitWorkers = false;  // Group::join's first barrier names the ranks that do not come
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("rank " + std::to_string(env.rank) + ": cannot " +
+                             (o.isServer ? "host" : "reach") + " the store at " + env.master_addr + ":" +
+                             std::to_string(env.master_port) + (o.isServer ? " (is the port in use?)" : "") + ": " +
+                             std::string(e.what()).substr(0, 400));
+  }
+  if (env.use_agent_store) store = c10::make_intrusive<c10d::PrefixStore>(env.store_prefix, store);
+  return c10::make_intrusive<c10d::PrefixStore>("fptrain", store);
+}
+
+}  // namespace
+
+Group::Group(LaunchEnv env, GroupOptions options) : env_(std::move(env)), options_(std::move(options)) {}
+
+Group::~Group() {
+  if (monitor_) monitor_->stop();
+}
+
+std::unique_ptr<Group> Group::join(const LaunchEnv& env, const GroupOptions& options) {
+  std::unique_ptr<Group> g(new Group(env, options));
+  if (!g->options_.fatal) g->options_.fatal = [](const std::string& m) { std::fprintf(stderr, "%s\n", m.c_str()); };
+  g->store_ = open_store(env, options.timeout);
+  // Heartbeat keys exist before anyone's monitor reads them: the monitor sets
+  // its own, then everyone meets.
+  g->monitor_ = std::make_unique<LivenessMonitor>(g->store_->clone(), env.rank, env.world_size, options.timeout,
+                                                  g->options_.fatal);
+  g->barrier("join");
+  if (options.nccl) {
+#ifdef FPTRAIN_DISTRIBUTED_NCCL
+    g->comm_ = std::make_unique<NcclCommunicator>(g->store_, env.rank, env.world_size, options.device_index,
+                                                  options.timeout);
+#else
+    throw std::runtime_error("this build has no NCCL (configure with FPTRAIN_CUDA=ON)");
+#endif
+  } else {
+    g->comm_ = std::make_unique<StoreCommunicator>(c10::make_intrusive<c10d::PrefixStore>("cpu", g->store_), env.rank,
+                                                   env.world_size, options.timeout);
+  }
+  return g;
+}
+
+std::vector<uint8_t> Group::wait_get(const std::string& key, int from, const std::string& what) {
+  try {
+    store_->wait({key}, options_.timeout);
+    return store_->get(key);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("rank " + std::to_string(rank()) + ": rank " + std::to_string(from) +
+                             " did not arrive at " + what + " within " +
+                             std::to_string(options_.timeout.count() / 1000) + " s (distributed.timeout): " +
+                             std::string(e.what()).substr(0, 300));
+  }
+}
+
+std::vector<std::string> Group::all_gather_text(const std::string& name, const std::string& value) {
+  const std::string base = "gather/" + name + "/";
+  store_->set(base + std::to_string(rank()), bytes(value));
+  std::vector<std::string> out(world_size());
+  for (int r = 0; r < world_size(); ++r) out[r] = text(wait_get(base + std::to_string(r), r, "'" + name + "'"));
+  if (store_->add(base + "read", 1) == world_size()) {
+    for (int r = 0; r < world_size(); ++r) store_->deleteKey(base + std::to_string(r));
+    store_->deleteKey(base + "read");
+  }
+  return out;
+}
+
+void Group::barrier(const std::string& name) { all_gather_text("barrier/" + name, ""); }
+
+void Group::check_same(const std::string& what, const std::string& value) {
+  const auto all = all_gather_text("same/" + what, value);
+  std::string differ;
+  for (int r = 1; r < world_size(); ++r)
+    if (all[r] != all[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+  if (!differ.empty())
+    throw std::runtime_error("rank " + std::to_string(rank()) + ": the " + what + " of rank(s) " + differ +
+                             " differs from rank 0's; every rank must run the same " + what);
+}
+
+bool Group::stop_vote(int64_t step, bool want_stop, int64_t first_step) {
+  store_->add("stop/" + std::to_string(step), want_stop ? 1 + kStopFlag : 1);
+  if (step <= first_step) return false;  // nothing posted before this process's first step
+  const std::string prev = "stop/" + std::to_string(step - 1);
+  const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+  auto pause = std::chrono::microseconds(200);
+  for (;;) {
+    const int64_t v = store_->add(prev, 0);
+    if (v % kStopFlag == world_size()) {
+      // Everyone has read step - 3's votes by now (each read them before posting step - 1).
+      if (rank() == 0 && step - 3 >= first_step) store_->deleteKey("stop/" + std::to_string(step - 3));
+      return v / kStopFlag > 0;
+    }
+    if (std::chrono::steady_clock::now() > deadline)
+      throw std::runtime_error("rank " + std::to_string(rank()) + ": only " + std::to_string(v % kStopFlag) + " of " +
+                               std::to_string(world_size()) + " ranks finished step " + std::to_string(step - 1) +
+                               " within " + std::to_string(options_.timeout.count() / 1000) +
+                               " s (distributed.timeout)");
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(20000));
+  }
+}
+
+void Group::report_failure(const std::string& message) noexcept {
+  try {
+    if (!store_->check({kAbortKey})) store_->set(kAbortKey, bytes("rank " + std::to_string(rank()) + " failed: " + message));
+  } catch (...) {
+  }
+}
+
+void Group::finish() {
+  if (finished_) return;
+  finished_ = true;
+  barrier("finish");
+  monitor_->stop();
+  if (rank() == 0) {
+    // The store lives in this process: wait (briefly) until the others are done with it.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (store_->add("left", 0) < world_size() - 1 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  } else {
+    store_->add("left", 1);
+  }
+}
+
+}  // namespace fptrain::distributed

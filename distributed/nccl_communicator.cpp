@@ -1,0 +1,69 @@
+#include "distributed/nccl_communicator.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+
+#include <stdexcept>
+
+namespace fptrain::distributed {
+
+bool nccl_available() { return true; }
+
+NcclCommunicator::NcclCommunicator(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
+                                   int device_index, std::chrono::milliseconds timeout)
+    : rank_(rank), world_(world_size) {
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  options->timeout = timeout;
+  const at::Device device(at::kCUDA, static_cast<c10::DeviceIndex>(device_index));
+  group_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(c10::make_intrusive<c10d::PrefixStore>("nccl", store), rank,
+                                                       world_size, options);
+  group_->setBoundDeviceId(device);
+  // Connect now (one element), so a bad launch fails at start-up.
+  at::Tensor probe = at::ones({1}, at::TensorOptions().dtype(at::kFloat).device(device));
+  all_reduce_sum(probe).wait();
+  if (probe.item<float>() != static_cast<float>(world_size))
+    throw std::runtime_error("NCCL start-up check failed: an all-reduce of ones over " + std::to_string(world_size) +
+                             " ranks gave " + std::to_string(probe.item<float>()));
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (group_) {
+    try {
+      group_->shutdown();
+    } catch (...) {
+    }
+  }
+}
+
+Pending NcclCommunicator::all_reduce_sum(at::Tensor t) {
+  std::vector<at::Tensor> ts{std::move(t)};
+  c10d::AllreduceOptions o;
+  o.reduceOp = c10d::ReduceOp::SUM;
+  return Pending(group_->allreduce(ts, o));
+}
+
+Pending NcclCommunicator::all_reduce_max(at::Tensor t) {
+  std::vector<at::Tensor> ts{std::move(t)};
+  c10d::AllreduceOptions o;
+  o.reduceOp = c10d::ReduceOp::MAX;
+  return Pending(group_->allreduce(ts, o));
+}
+
+Pending NcclCommunicator::reduce_scatter_sum(at::Tensor full, at::Tensor out) {
+  c10d::ReduceScatterOptions o;
+  o.reduceOp = c10d::ReduceOp::SUM;
+  return Pending(group_->_reduce_scatter_base(out, full, o));
+}
+
+Pending NcclCommunicator::all_gather(at::Tensor shard, at::Tensor full) {
+  return Pending(group_->_allgather_base(full, shard, c10d::AllgatherOptions()));
+}
+
+Pending NcclCommunicator::broadcast(at::Tensor t, int root) {
+  std::vector<at::Tensor> ts{std::move(t)};
+  c10d::BroadcastOptions o;
+  o.rootRank = root;
+  return Pending(group_->broadcast(ts, o));
+}
+
+}  // namespace fptrain::distributed

@@ -1,0 +1,72 @@
+#include "trainer/grad_reducer.h"
+
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <stdexcept>
+
+namespace fptrain::trainer {
+namespace {
+
+struct ReadyHook : torch::autograd::PostAccumulateGradHook {
+  ReadyHook(GradReducer* reducer, size_t index) : reducer(reducer), index(index) {}
+  void operator()(const torch::autograd::Variable&) override { reducer->gradient_ready(index); }
+  GradReducer* reducer;
+  size_t index;
+};
+
+}  // namespace
+
+GradReducer::GradReducer(const FlatParameters& flat, distributed::Communicator& comm, bool scatter)
+    : flat_(flat), comm_(comm), scatter_(scatter) {
+  const FlatLayout& l = flat.layout();
+  params_in_bucket_.assign(l.buckets().size(), 0);
+  for (size_t i = 0; i < l.segments().size(); ++i) {
+    bucket_of_param_.push_back(l.bucket_of_segment(i));
+    ++params_in_bucket_[l.bucket_of_segment(i)];
+  }
+  for (size_t i = 0; i < flat.params().size(); ++i)
+    torch::autograd::impl::set_post_acc_grad_hooks(flat.params()[i], std::make_unique<ReadyHook>(this, i));
+}
+
+GradReducer::~GradReducer() {
+  for (const auto& p : flat_.params()) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+}
+
+void GradReducer::arm() {
+  waiting_ = params_in_bucket_;
+  launched_.assign(waiting_.size(), false);
+  next_ = static_cast<int64_t>(waiting_.size()) - 1;
+  armed_ = true;
+  // A bucket without parameters (there is none unless the model has none) is ready at once.
+  while (next_ >= 0 && waiting_[next_] == 0) launch(static_cast<size_t>(next_--));
+}
+
+void GradReducer::gradient_ready(size_t index) {
+  if (!armed_) return;  // an earlier micro-batch: gradients keep accumulating locally
+  const size_t b = bucket_of_param_.at(index);
+  if (--waiting_[b] < 0) throw std::logic_error("GradReducer: a parameter's gradient arrived twice in one backward");
+  while (next_ >= 0 && waiting_[next_] == 0) launch(static_cast<size_t>(next_--));
+}
+
+void GradReducer::launch(size_t bucket) {
+  const FlatBucket& b = flat_.layout().buckets()[bucket];
+  const at::Tensor g = flat_.grads().narrow(0, b.offset, b.size);
+  if (scatter_) {
+    const int64_t n = b.size / comm_.world_size();
+    pending_.push_back(comm_.reduce_scatter_sum(g, g.narrow(0, comm_.rank() * n, n)));
+  } else {
+    pending_.push_back(comm_.all_reduce_sum(g));
+  }
+  launched_[bucket] = true;
+}
+
+void GradReducer::finish() {
+  if (!armed_) arm();  // this rank ran no backward in the last slot
+  while (next_ >= 0) launch(static_cast<size_t>(next_--));
+  for (auto& p : pending_) p.wait();
+  pending_.clear();
+  armed_ = false;
+}
+
+}  // namespace fptrain::trainer
