@@ -1,6 +1,7 @@
 #include "distributed/group.h"
 
 #include "distributed/store_communicator.h"
+#include "distributed/store_errors.h"
 #ifdef FPTRAIN_DISTRIBUTED_NCCL
 #include "distributed/nccl_communicator.h"
 #endif
@@ -32,7 +33,7 @@ c10::intrusive_ptr<c10d::Store> open_store(const LaunchEnv& env, std::chrono::mi
     throw std::runtime_error("rank " + std::to_string(env.rank) + ": cannot " +
                              (o.isServer ? "host" : "reach") + " the store at " + env.master_addr + ":" +
                              std::to_string(env.master_port) + (o.isServer ? " (is the port in use?)" : "") + ": " +
-                             std::string(e.what()).substr(0, 400));
+                             first_line(e));
   }
   if (env.use_agent_store) store = c10::make_intrusive<c10d::PrefixStore>(env.store_prefix, store);
   return c10::make_intrusive<c10d::PrefixStore>("fptrain", store);
@@ -74,10 +75,13 @@ std::vector<uint8_t> Group::wait_get(const std::string& key, int from, const std
     store_->wait({key}, options_.timeout);
     return store_->get(key);
   } catch (const std::exception& e) {
+    if (store_connection_lost(e))
+      throw std::runtime_error("rank " + std::to_string(rank()) + ": lost the store (hosted by rank 0 or torchrun's "
+                               "agent) at " + what + ": " + first_line(e) + "; rank 0 or its machine is gone");
     throw std::runtime_error("rank " + std::to_string(rank()) + ": rank " + std::to_string(from) +
                              " did not arrive at " + what + " within " +
                              std::to_string(options_.timeout.count() / 1000) + " s (distributed.timeout): " +
-                             std::string(e.what()).substr(0, 300));
+                             first_line(e));
   }
 }
 

@@ -1,5 +1,7 @@
 #include "distributed/liveness_monitor.h"
 
+#include "distributed/store_errors.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <string>
@@ -88,7 +90,7 @@ void LivenessMonitor::run() {
     } catch (const std::exception& e) {
       // Rank 0 hosts the store (or torchrun's agent does): connection errors mean it is gone.
       if (now - store_ok > std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(5)))
-        lose(me + ": lost the store (hosted by rank 0 or torchrun's agent): " + std::string(e.what()).substr(0, 300) +
+        lose(me + ": lost the store (hosted by rank 0 or torchrun's agent): " + first_line(e) +
              "; rank 0 or its machine is gone");
     }
     lock.lock();

@@ -1,4 +1,5 @@
 #include "distributed/store_communicator.h"
+#include "distributed/store_errors.h"
 
 #include <cstring>
 #include <stdexcept>
@@ -39,10 +40,14 @@ std::vector<uint8_t> StoreCommunicator::receive(const std::string& k, int src, c
     store_->wait({k}, timeout_);
     return store_->get(k);
   } catch (const std::exception& e) {
+    if (store_connection_lost(e))
+      throw std::runtime_error("rank " + std::to_string(rank_) + ": lost the store (hosted by rank 0 or torchrun's "
+                               "agent) in " + what + " #" + std::to_string(seq) + ": " + first_line(e) +
+                               "; rank 0 or its machine is gone");
     throw std::runtime_error("rank " + std::to_string(rank_) + ": no data from rank " + std::to_string(src) + " in " +
                              what + " #" + std::to_string(seq) + " within " +
                              std::to_string(timeout_.count() / 1000) + " s (distributed.timeout): rank " +
-                             std::to_string(src) + " died or hangs (" + e.what() + ")");
+                             std::to_string(src) + " died or hangs (" + first_line(e) + ")");
   }
 }
 

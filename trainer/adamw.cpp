@@ -71,7 +71,10 @@ void AdamW::accumulate_gradients() {
 
 at::Tensor AdamW::grad_norm(double max_norm) {
   c10::NoGradGuard no_grad;
-  flat_->collect_grads();
+  // With data parallelism the buffer was reduced during the backward: a gradient
+  // that arrived elsewhere (assigned by hand) would have missed the reduction.
+  if (flat_->collect_grads() > 0 && dp_.comm)
+    throw std::logic_error("AdamW: a gradient bypassed the flat gradient buffer and was not reduced across ranks");
   at::Tensor norm = at::empty({}, coef_.options());  // fresh: the caller may hold it past the next step
   if (!dp_.shard) {
     flat::grad_norm(flat_->grads(), accum_active_ ? accum_ : at::Tensor(), max_norm, norm, coef_);
