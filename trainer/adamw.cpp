@@ -109,7 +109,7 @@ at::Tensor AdamW::clip_grad_norm(double max_norm) {
   return norm;
 }
 
-void AdamW::step(double lr) {
+void AdamW::step(double lr, CommClock* clock) {
   c10::NoGradGuard no_grad;
   flat_->collect_grads();
   ++steps_taken_;
@@ -137,7 +137,9 @@ void AdamW::step(double lr) {
       gathers.push_back(dp_.comm->all_gather(flat_->weights().narrow(0, r.flat, r.numel),
                                              flat_->weights().narrow(0, b.offset, b.size)));
     }
+    if (clock) clock->before_wait();
     for (auto& g : gathers) g.wait();
+    if (clock) clock->after_wait();
   }
   zero_grad();
 }

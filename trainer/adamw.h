@@ -19,6 +19,7 @@
 #pragma once
 
 #include "distributed/communicator.h"
+#include "trainer/comm_clock.h"
 #include "trainer/config.h"
 #include "trainer/flat_parameters.h"
 
@@ -67,8 +68,9 @@ class AdamW {
   // step() applies no further scaling. The trainer uses grad_norm().
   at::Tensor clip_grad_norm(double max_norm);
 
-  // One update with learning rate `lr`, then zero_grad().
-  void step(double lr);
+  // One update with learning rate `lr`, then zero_grad(). With sharding, the
+  // wait for the weights' all-gather is bracketed by `clock` when given.
+  void step(double lr, CommClock* clock = nullptr);
   // Zeroes the gradient buffer (one memset; the .grad views stay) and the fp32
   // accumulator if in use, and forgets a pending clip coefficient.
   void zero_grad();

@@ -3,6 +3,9 @@
 #include <ATen/Parallel.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
 
 #include <fstream>
 #include <stdexcept>
@@ -63,6 +66,16 @@ std::string rank_device(const std::string& requested, const distributed::LaunchE
                                 " visible GPU(s), so it can run at most that many ranks (LOCAL_WORLD_SIZE " +
                                 std::to_string(env.local_world_size) + "): lower --nproc_per_node");
   return "cuda:" + std::to_string(env.local_rank);
+}
+
+int64_t memory_outside_allocator(const at::Device& device) {
+  if (!device.is_cuda()) return 0;
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) return 0;
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+  const int64_t reserved = stats.reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].current;
+  // Other processes on the same GPU count too; one rank per GPU makes that small.
+  return std::max<int64_t>(0, static_cast<int64_t>(total_bytes - free_bytes) - reserved);
 }
 
 MemoryStats memory_stats(const at::Device& device) {

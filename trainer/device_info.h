@@ -31,5 +31,8 @@ struct MemoryStats {
   int64_t peak_rss_bytes = 0;        // host process high-water mark
 };
 MemoryStats memory_stats(const at::Device& device);
+// Device memory in use by this process outside the caching allocator (CUDA
+// context, NCCL's buffers, cuBLAS workspaces): used - reserved. 0 on the CPU.
+int64_t memory_outside_allocator(const at::Device& device);
 
 }  // namespace fptrain::trainer

@@ -112,7 +112,7 @@ void MetricsLogger::flush_interval() {
     loss_sum += lv[i];
     seconds += p.step_seconds;
     wait += p.data_wait_seconds;
-    comm += p.comm_seconds;
+    if (p.comm) comm += p.comm->seconds();
     tokens += p.tokens - p.padding;
     padding += p.padding;
     supervised += p.supervised;
@@ -176,7 +176,7 @@ void MetricsLogger::flush_interval() {
   if (scope_.world_size > 1) {
     j["world_size"] = scope_.world_size;
     j["tokens_per_s_per_gpu"] = tps_gpu;
-    j["comm_wait_s"] = comm / n;
+    j["exposed_comm_s"] = comm / n;  // per step
   }
   write(j);
   if (!scope_.writer) {
@@ -202,8 +202,13 @@ void MetricsLogger::flush_interval() {
     std::snprintf(buf, sizeof buf, " | MFU %.1f%%", 100 * *mfu);
     line << buf;
   }
-  std::snprintf(buf, sizeof buf, " | %.0f ms/step (data %.0f ms)", 1000 * seconds / n, 1000 * wait / n);
+  std::snprintf(buf, sizeof buf, " | %.0f ms/step (data %.0f ms", 1000 * seconds / n, 1000 * wait / n);
   line << buf;
+  if (scope_.world_size > 1) {
+    std::snprintf(buf, sizeof buf, ", comm %.0f ms", 1000 * comm / n);
+    line << buf;
+  }
+  line << ")";
   if (device_.device.is_cuda()) {
     std::snprintf(buf, sizeof buf, " | mem %.1f/%.1f GiB", gib(mem.peak_allocated_bytes), gib(mem.peak_reserved_bytes));
   } else {

@@ -78,6 +78,7 @@ class Run {
   std::optional<fs::path> agree_on_resume();
   void make_optimizer();
   fs::path save_together(TrainingState& state);
+  nlohmann::json memory_per_rank() const;
   bool leader() const { return !group_ || group_->rank() == 0; }
   int rank() const { return group_ ? group_->rank() : 0; }
   int world() const { return group_ ? group_->world_size() : 1; }
@@ -100,6 +101,7 @@ class Run {
   std::unique_ptr<distributed::Group> group_;  // data parallelism; null for one process
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<GradReducer> reducer_;  // with group_
+  std::unique_ptr<CommClock> comm_clock_;  // with group_
   std::unique_ptr<MetricsLogger> metrics_;
   int64_t first_step_ = 0;  // the step this process started from
   int64_t gather_seq_ = 0;
@@ -176,15 +178,16 @@ StepRecord Run::train_step(const data::TrainStep& ts) {
   rec.padding = ts.global_padding;
   rec.supervised = ts.global_supervised;
   if (reducer_) {
-    const auto wait_start = Clock::now();
+    comm_clock_->before_wait();
     reducer_->finish();
-    group_->comm().all_reduce_sum(loss_sum).wait();
-    rec.comm_seconds = seconds_since(wait_start);
+    comm_clock_->after_wait();
+    group_->comm().all_reduce_sum(loss_sum).wait();  // for the log; nothing waits for it
   }
   const double lr = learning_rate(config_.schedule, config_.optimizer.lr, step_, total_steps_);
   // The norm and the clip coefficient stay on the device; step() applies the coefficient in its kernel.
   rec.grad_norm = optimizer_->grad_norm(config_.optimizer.grad_clip);
-  optimizer_->step(lr);
+  optimizer_->step(lr, comm_clock_.get());
+  if (comm_clock_) rec.comm = comm_clock_->take();
   ++step_;
   if (group_) group_->set_step(step_);
   rec.step = step_;
@@ -367,7 +370,10 @@ void Run::make_optimizer() {
                          static_cast<int64_t>(c10::elementSize(params.front().scalar_type()));
   }
   optimizer_ = std::make_unique<AdamW>(names, params, config_.optimizer, FlatLayout::kDefaultAlignment, dp);
-  if (group_) reducer_ = std::make_unique<GradReducer>(optimizer_->flat(), group_->comm(), optimizer_->sharded());
+  if (group_) {
+    reducer_ = std::make_unique<GradReducer>(optimizer_->flat(), group_->comm(), optimizer_->sharded());
+    comm_clock_ = std::make_unique<CommClock>(device_.device);
+  }
 }
 
 void Run::save() {
@@ -454,6 +460,24 @@ void Run::run_eval() {
   metrics_->record_eval(step_, r.loss, r.supervised_tokens, r.seconds);
 }
 
+// Where this rank's device memory went: the flat buffers, the peak of
+// everything else the allocator held (activations, workspaces, the step's
+// temporaries) and what lives outside it (CUDA context, NCCL's buffers).
+nlohmann::json Run::memory_per_rank() const {
+  const int64_t weights = optimizer_->flat().weights().nbytes();
+  const int64_t grads = optimizer_->flat().grads().nbytes();
+  int64_t state = optimizer_->exp_avg().nbytes() + optimizer_->exp_avg_sq().nbytes();
+  if (optimizer_->master().defined()) state += optimizer_->master().nbytes();
+  if (optimizer_->accumulator().defined()) state += optimizer_->accumulator().nbytes();
+  nlohmann::json j = {{"weights_bytes", weights}, {"gradients_bytes", grads}, {"optimizer_state_bytes", state}};
+  if (device_.device.is_cuda()) {
+    const MemoryStats m = memory_stats(device_.device);
+    j["activations_and_workspace_peak_bytes"] = std::max<int64_t>(0, m.peak_allocated_bytes - weights - grads - state);
+    j["outside_allocator_bytes"] = memory_outside_allocator(device_.device);
+  }
+  return j;
+}
+
 // The end of a run: the final evaluation and checkpoint (or the one a stop
 // asks for), summary.json and the closing log lines.
 TrainOutcome Run::finish(Stop stop, double wall_seconds) {
@@ -492,6 +516,7 @@ TrainOutcome Run::finish(Stop stop, double wall_seconds) {
   outcome.summary["wall_seconds"] = wall_seconds;
   outcome.summary["dtype"] = models::dtype_name(model_.dtype);
   outcome.summary["attention"] = std::string(attention::backend_name(model_.backend));
+  outcome.summary["memory_per_rank"] = memory_per_rank();
   if (last_checkpoint_) outcome.summary["checkpoint"] = last_checkpoint_->string();
   outcome.summary["data"] = cursor_.stats.to_json();  // every example read: used, truncated, dropped, skipped
   if (leader()) {
