@@ -1,0 +1,313 @@
+"""Python side of benchmarks/distributed/run_gpu.sh.
+
+  bench_tools.py make-model --out DIR --tokenizer-from DIR [--shape llama2-7b|tiny]
+      A Llama-shaped model saved by transformers in bf16 (random N(0, 0.02) weights, built on
+      the meta device and filled on the GPU when there is one), with the tokenizer files of
+      another model folder (fptrain init's, trained on the benchmark's data). Done once:
+      a stamp file marks a finished folder.
+  bench_tools.py fptrain-run --run DIR --name NAME [--world-size N]
+      One JSON line from an fptrain run folder: steady-state tokens/s (the metrics.jsonl
+      records after the first), per GPU, MFU, peak memory (summary.json), steps measured.
+  bench_tools.py parity --one RUN_DIR --two RUN_DIR [--steps 10]
+      Per-step losses of two runs (log_interval 1) and their largest relative difference.
+  bench_tools.py failed --name NAME --world-size N --impl IMPL --log FILE
+      The JSON line that stands for a run that failed (the report lists it as FAILED).
+  bench_tools.py report --out DIR --runs A.json ... [--parity P.json] [--gpus N]
+      $OUT/distributed-bench.json and distributed-bench.md: one row a run, scaling
+      efficiency against the same implementation's 1-GPU run, and the targets checked.
+"""
+import argparse
+import datetime
+import json
+import math
+import os
+import shutil
+import sys
+import time
+
+PEAK_FLOPS = 989e12  # dense bf16, H100/H200 SXM
+GIB = 2**30
+
+SHAPES = {
+    # Llama-2-7B
+    "llama2-7b": dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                      num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096),
+    # the same structure, small enough to try the whole benchmark on a CPU
+    "tiny": dict(vocab_size=2048, hidden_size=128, intermediate_size=352, num_hidden_layers=2,
+                 num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=4096),
+}
+SHAPE_NAMES = {"llama2-7b": "Llama-2-7B", "llama-1b": "Llama-3.2-1B"}
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
+                   "chat_template.jinja")
+
+# The issue's targets.
+TARGET_SCALING = 0.95       # fptrain per-GPU tokens/s at 2 GPUs over its 1-GPU rate
+TARGET_PEAK_GIB = 70.0      # fptrain peak allocated per GPU at 2 GPUs
+TARGET_VS_PEER = 1.5        # fptrain per-GPU tokens/s over the transformers DDP peer's, at 2 GPUs
+
+
+def make_model(a):
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, LlamaConfig
+    transformers.utils.logging.disable_progress_bar()
+    stamp = os.path.join(a.out, ".bench-shape")
+    if os.path.exists(stamp) and open(stamp).read() == a.shape:
+        print(f"{a.out}: already made ({a.shape})")
+        return
+    tok_cfg = json.load(open(os.path.join(a.tokenizer_from, "config.json")))
+    shutil.rmtree(a.out, ignore_errors=True)
+    t0 = time.time()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    config = LlamaConfig(**SHAPES[a.shape], rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
+                         bos_token_id=tok_cfg.get("bos_token_id", 1), eos_token_id=tok_cfg.get("eos_token_id", 2),
+                         pad_token_id=tok_cfg.get("pad_token_id"), architectures=["LlamaForCausalLM"])
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model = model.to_empty(device=device)
+    gen = torch.Generator(device=device).manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.fill_(1.0)
+            else:
+                p.normal_(0.0, 0.02, generator=gen)
+    model = model.to("cpu")  # save from host memory, whatever the library version does with CUDA tensors
+    model.save_pretrained(a.out)
+    copied = []
+    for f in TOKENIZER_FILES:
+        src = os.path.join(a.tokenizer_from, f)
+        if os.path.exists(src):
+            shutil.copy(src, os.path.join(a.out, f))
+            copied.append(f)
+    tok_vocab = tok_cfg.get("vocab_size", 0)
+    if "tokenizer.json" in copied:
+        tok_vocab = len(json.load(open(os.path.join(a.out, "tokenizer.json")))["model"]["vocab"])
+    if tok_vocab > config.vocab_size:
+        raise SystemExit(f"the tokenizer of {a.tokenizer_from} has {tok_vocab} ids, the model {config.vocab_size}")
+    with open(stamp, "w") as f:
+        f.write(a.shape)
+    print(f"made {a.out}: {a.shape}, {model.num_parameters() / 1e9:.2f} B parameters, bf16, "
+          f"tokenizer {', '.join(copied)} ({tok_vocab} ids), {time.time() - t0:.1f} s")
+
+
+def read_records(run):
+    """metrics.jsonl's training records (not eval or other events)."""
+    recs = []
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        for line in f:
+            if line.strip():
+                r = json.loads(line)
+                if "event" not in r:
+                    recs.append(r)
+    return recs
+
+
+def fptrain_run(a):
+    recs = read_records(a.run)
+    s = json.load(open(os.path.join(a.run, "summary.json")))
+    if not recs:
+        raise SystemExit(f"{a.run}/metrics.jsonl: no training records")
+    steady = recs[1:] or recs  # the first record pays for warm-up, allocator growth, NCCL set-up
+    tok = sum(r["tokens"] for r in steady)
+    sec = sum(r["step_time_s"] * r["steps_in_record"] for r in steady)
+    world = int(s.get("world_size", a.world_size))
+    if world != a.world_size:
+        print(f"warning: {a.run}: summary.json says world_size {world}, the launch asked for {a.world_size}",
+              file=sys.stderr)
+    tps = tok / sec
+    print(json.dumps({
+        "name": a.name, "impl": "fptrain", "world_size": world, "attention": s.get("attention"),
+        "tokens_per_s": tps, "tokens_per_s_per_gpu": tps / world,
+        "steps_measured": sum(r["steps_in_record"] for r in steady),
+        "examples_per_gpu": a.examples_per_gpu, "num_parameters": s["num_parameters"],
+        "mfu": 6 * s["num_parameters"] * tps / world / PEAK_FLOPS,
+        "peak_allocated_gib": s.get("peak_allocated_bytes", 0) / GIB,
+        "peak_reserved_gib": s.get("peak_reserved_bytes", 0) / GIB,
+        "first_loss": s.get("first_loss"), "last_loss": s.get("last_loss"), "device": s.get("device"),
+        "world_size_in_summary": "world_size" in s}))
+
+
+def step_losses(run, steps):
+    out = {}
+    for r in read_records(run):
+        if r.get("steps_in_record", 1) != 1:
+            raise SystemExit(f"{run}: records of {r['steps_in_record']} steps; parity runs need log_interval 1")
+        out[r["step"]] = r["loss"]
+    first = sorted(out)[:steps]
+    return [out[k] for k in first], first
+
+
+def parity(a):
+    one, steps_one = step_losses(a.one, a.steps)
+    two, steps_two = step_losses(a.two, a.steps)
+    if steps_one != steps_two or not one:
+        raise SystemExit(f"parity: the runs logged different steps ({steps_one} and {steps_two})")
+    rel = [abs(y - x) / abs(x) for x, y in zip(one, two)]
+    print(json.dumps({"steps": steps_one, "loss_1gpu": one, "loss_2gpu": two, "rel_diff": rel,
+                      "max_rel_diff": max(rel), "at_step": steps_one[rel.index(max(rel))]}))
+
+
+def failed(a):
+    print(json.dumps({"name": a.name, "impl": a.impl, "world_size": a.world_size, "failed": True,
+                      "log": os.path.basename(a.log), "reason": a.reason}))
+
+
+def family(run):
+    """fptrain, or transformers (with or without DDP)."""
+    return run["impl"].split("+")[0]
+
+
+def fmt(x, spec, missing="—"):
+    return missing if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def report(a):
+    rows = []
+    for f in a.runs:
+        try:
+            with open(f) as fh:
+                rows.append(json.loads(fh.read().strip().splitlines()[-1]))
+        except (OSError, ValueError, IndexError) as e:
+            print(f"report: skipping {f}: {e}", file=sys.stderr)
+    date = datetime.date.today().isoformat()
+    ok = [r for r in rows if not r.get("failed")]
+    device = next((r["device"] for r in ok if r.get("device")), a.device or "?")
+    # Scaling efficiency: per-GPU tokens/s against the same implementation's 1-GPU run.
+    for r in ok:
+        base = next((b for b in ok if family(b) == family(r) and b["world_size"] == 1), None)
+        r["scaling_efficiency"] = r["tokens_per_s_per_gpu"] / base["tokens_per_s_per_gpu"] if base else None
+        r["tokens_per_s_global"] = r["tokens_per_s"]
+    for r in rows:
+        r.setdefault("device", device)
+        r["date"] = date
+    par = None
+    if a.parity:
+        try:
+            par = json.loads(open(a.parity).read().strip().splitlines()[-1])
+        except (OSError, ValueError, IndexError) as e:
+            print(f"report: no parity result ({e})", file=sys.stderr)
+
+    def find(impl, world):
+        return next((r for r in ok if family(r) == impl and r["world_size"] == world), None)
+
+    f1, f2, h2 = find("fptrain", 1), find("fptrain", 2), find("transformers", 2)
+    checks = []
+
+    def check(what, value, target, passed, shown):
+        checks.append({"check": what, "value": value, "target": target,
+                       "result": "n/a" if passed is None else ("PASS" if passed else "FAIL"), "shown": shown})
+
+    if f1 and f2:
+        eff = f2["tokens_per_s_per_gpu"] / f1["tokens_per_s_per_gpu"]
+        check("fptrain per-GPU tokens/s at 2 GPUs / at 1 GPU", eff, f">= {TARGET_SCALING:.0%}", eff >= TARGET_SCALING,
+              f"{f2['tokens_per_s_per_gpu']:,.0f} / {f1['tokens_per_s_per_gpu']:,.0f} = {eff:.1%}")
+    else:
+        check("fptrain per-GPU tokens/s at 2 GPUs / at 1 GPU", None, f">= {TARGET_SCALING:.0%}", None,
+              "not measured (a run is missing or failed)")
+    if f2:
+        peak = f2["peak_allocated_gib"]
+        check("fptrain peak allocated per GPU at 2 GPUs (max over ranks)", peak, f"<= {TARGET_PEAK_GIB:.0f} GiB",
+              peak <= TARGET_PEAK_GIB, f"{peak:.1f} GiB (reserved {f2['peak_reserved_gib']:.1f} GiB)")
+    else:
+        check("fptrain peak allocated per GPU at 2 GPUs (max over ranks)", None, f"<= {TARGET_PEAK_GIB:.0f} GiB",
+              None, "not measured")
+    if f2 and h2:
+        ratio = f2["tokens_per_s_per_gpu"] / h2["tokens_per_s_per_gpu"]
+        check("fptrain / transformers DDP peer, per-GPU tokens/s at 2 GPUs", ratio, f">= {TARGET_VS_PEER}x",
+              ratio >= TARGET_VS_PEER,
+              f"{f2['tokens_per_s_per_gpu']:,.0f} / {h2['tokens_per_s_per_gpu']:,.0f} = {ratio:.2f}x "
+              f"(peer attention: {h2['attention']})")
+    else:
+        check("fptrain / transformers DDP peer, per-GPU tokens/s at 2 GPUs", None, f">= {TARGET_VS_PEER}x", None,
+              "not measured")
+    if par:
+        check(f"bf16 loss parity, 1 GPU x 8 vs 2 GPUs x 4 examples, first {len(par['steps'])} steps "
+              "(max relative difference)", par["max_rel_diff"], f"<= {a.parity_tol:g}",
+              par["max_rel_diff"] <= a.parity_tol, f"{par['max_rel_diff']:.2e} (at step {par['at_step']})")
+    else:
+        check("bf16 loss parity, 1 GPU x 8 vs 2 GPUs x 4 examples (max relative difference)", None,
+              f"<= {a.parity_tol:g}", None, "not measured (see dist-parity-*.log)")
+
+    result = {"date": date, "device": device, "gpus_visible": a.gpus, "runs": rows, "parity": par,
+              "checks": checks, "note": a.note}
+    with open(os.path.join(a.out, "distributed-bench.json"), "w") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
+
+    params = next((r["num_parameters"] for r in ok if r.get("num_parameters")), 0)
+    md = [f"Data-parallel training, {SHAPE_NAMES.get(a.shape, a.shape)} shape ({params / 1e9:.2f}B parameters, "
+          f"random init, bf16 weights; fptrain: fp32 masters, optimizer sharded; peer: bf16 AdamW), FLAN-like "
+          f"data, flatten mode, 4 examples per GPU per micro-batch, activation checkpointing on every layer; "
+          f"{device}, {date}", ""]
+    if a.note:
+        md += [f"Note: {a.note}", ""]
+    md += ["| run | GPUs | attention | tokens/s per GPU | tokens/s (all GPUs) | scaling vs own 1 GPU | MFU | "
+           "peak alloc GiB | peak reserved GiB | steps measured |",
+           "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        if r.get("failed"):
+            md.append(f"| {r['name']} | {r['world_size']} | FAILED ({r.get('reason') or 'see log'}: "
+                      f"{r.get('log', '')}) | | | | | | | |")
+            continue
+        md.append(f"| {r['name']} | {r['world_size']} | {r.get('attention') or '?'} | "
+                  f"{r['tokens_per_s_per_gpu']:,.0f} | {r['tokens_per_s']:,.0f} | "
+                  f"{fmt(r['scaling_efficiency'], '.1%')} | {100 * r['mfu']:.1f}% | "
+                  f"{r['peak_allocated_gib']:.1f} | {r['peak_reserved_gib']:.1f} | {r['steps_measured']} |")
+    md += ["", "Targets (computed from the runs above):", ""]
+    for c in checks:
+        md.append(f"- {c['result']}: {c['check']}: {c['shown']} (target {c['target']})")
+    if par:
+        md += ["", f"Loss per step, 1 GPU x 8 examples vs 2 GPUs x 4 examples "
+                   f"({SHAPE_NAMES.get(a.parity_preset, a.parity_preset)} shape):", "",
+               "| step | 1 GPU | 2 GPUs | relative difference |", "| ---: | ---: | ---: | ---: |"]
+        for s, x, y, d in zip(par["steps"], par["loss_1gpu"], par["loss_2gpu"], par["rel_diff"]):
+            md.append(f"| {s} | {x:.5f} | {y:.5f} | {d:.2e} |")
+    with open(os.path.join(a.out, "distributed-bench.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+    print("\n".join(md))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("make-model")
+    p.add_argument("--out", required=True)
+    p.add_argument("--tokenizer-from", required=True)
+    p.add_argument("--shape", choices=sorted(SHAPES), default="llama2-7b")
+    p.set_defaults(fn=make_model)
+    p = sub.add_parser("fptrain-run")
+    p.add_argument("--run", required=True)
+    p.add_argument("--name", required=True)
+    p.add_argument("--world-size", type=int, default=1)
+    p.add_argument("--examples-per-gpu", type=int, default=4)
+    p.set_defaults(fn=fptrain_run)
+    p = sub.add_parser("parity")
+    p.add_argument("--one", required=True)
+    p.add_argument("--two", required=True)
+    p.add_argument("--steps", type=int, default=10)
+    p.set_defaults(fn=parity)
+    p = sub.add_parser("failed")
+    p.add_argument("--name", required=True)
+    p.add_argument("--impl", required=True)
+    p.add_argument("--world-size", type=int, required=True)
+    p.add_argument("--log", required=True)
+    p.add_argument("--reason", default="")
+    p.set_defaults(fn=failed)
+    p = sub.add_parser("report")
+    p.add_argument("--out", required=True)
+    p.add_argument("--runs", nargs="*", default=[])
+    p.add_argument("--parity")
+    p.add_argument("--parity-tol", type=float, default=0.01)
+    p.add_argument("--gpus", type=int, default=0)
+    p.add_argument("--device", default="")
+    p.add_argument("--note", default="")
+    p.add_argument("--shape", default="llama2-7b", help="the throughput runs' model shape (for the title)")
+    p.add_argument("--parity-preset", default="llama-1b", help="the parity runs' model (for the title)")
+    p.set_defaults(fn=report)
+    a = ap.parse_args()
+    a.fn(a)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,240 @@
+"""The peer for benchmarks/distributed: a plain transformers training loop under torch DDP
+with padding-free batches, the way data-parallel fine-tuning with transformers usually runs
+when it is done well: DataCollatorWithFlattening (one token stream per rank, positions
+restarting per example, cu_seqlens for the attention), FlashAttention-2 varlen, gradient
+checkpointing on every layer, bf16 weights, torch.optim.AdamW(fused=True). Launched by
+torchrun, one process per GPU; prints one JSON line from rank 0: non-padding tokens/s
+(global and per GPU) over the steps after --warmup, peak memory (max over ranks), the
+attention that ran.
+
+    torchrun --standalone --nproc_per_node 2 hf_ddp.py --model DIR --data FILE.jsonl \
+        --batch 4 --steps 30 --warmup 5
+    hf_ddp.py --model DIR --data FILE.jsonl ...        # one process, no DDP (the 1-GPU rate)
+
+Data: the same JSONL as fptrain's run, shuffled once with --seed, split across ranks the
+way torch's DistributedSampler splits it (rank r takes positions r, r + W, r + 2W, ...),
+--batch examples per rank and step, truncated to --max-length tokens.
+
+Attention (--attn auto picks the first that can run):
+  flash_attention_2  transformers' FA2 path (the flash_attn package);
+  torch-varlen       FlashAttention-2 varlen as PyTorch ships it (torch.nn.attention.varlen,
+                     the kernel of at::_flash_attention_forward), registered with
+                     transformers' AttentionInterface and fed the collator's cu_seqlens;
+  sdpa               transformers' SDPA with the block-diagonal mask it derives from the
+                     restarting position_ids (benchmarks/train's peer attention): dense
+                     over the whole stream, so slower than varlen.
+
+Differences from fptrain's run, stated rather than hidden: pure bf16 AdamW (no fp32 master
+weights, no optimizer sharding: each rank holds all moments), every token supervised (the
+same compute as fptrain's masked loss), the loss averaged per rank and the gradients
+averaged by DDP; at world size 1 the model is not wrapped in DDP.
+"""
+import argparse
+import importlib.util
+import inspect
+import json
+import os
+import random
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def pick_attention(requested, device):
+    """The attention implementation to run: (transformers name, name to report)."""
+    has_fa2 = importlib.util.find_spec("flash_attn") is not None
+    try:
+        from torch.nn.attention import varlen as _varlen  # noqa: F401
+        has_torch_varlen = hasattr(_varlen, "varlen_attn")
+    except ImportError:
+        has_torch_varlen = False
+    cuda = device.type == "cuda"
+    if requested == "auto":
+        if cuda and has_fa2:
+            requested = "flash_attention_2"
+        elif cuda and has_torch_varlen:
+            requested = "torch-varlen"
+        else:
+            requested = "sdpa"
+    if requested == "flash_attention_2":
+        if not has_fa2:
+            raise SystemExit("--attn flash_attention_2: the flash_attn package is not importable")
+        import flash_attn
+        return "flash_attention_2", f"flash_attention_2 (flash_attn {getattr(flash_attn, '__version__', '?')})"
+    if requested == "torch-varlen":
+        if not has_torch_varlen:
+            raise SystemExit("--attn torch-varlen: this torch has no torch.nn.attention.varlen.varlen_attn")
+        register_torch_varlen()
+        return "torch_varlen_fa2", f"torch-varlen (FA2 varlen in torch {torch.__version__.split('+')[0]})"
+    return "sdpa", "sdpa (block-diagonal mask from position_ids)"
+
+
+def register_torch_varlen():
+    """Registers torch's FA2 varlen kernel as a transformers attention implementation."""
+    from torch.nn.attention.varlen import varlen_attn
+    from transformers import AttentionInterface
+
+    causal = {"is_causal": True} if "is_causal" in inspect.signature(varlen_attn).parameters else \
+        {"window_size": (-1, 0)}
+
+    def torch_varlen_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+        cu = kwargs.get("cu_seq_lens_q")
+        max_len = kwargs.get("max_length_q")
+        if cu is None or max_len is None:
+            raise ValueError("torch-varlen attention needs cu_seq_lens_q and max_length_q "
+                             "(DataCollatorWithFlattening(return_flash_attn_kwargs=True))")
+        if query.shape[0] != 1:
+            raise ValueError(f"torch-varlen attention takes one flattened sequence, got batch {query.shape[0]}")
+        # (1, heads, tokens, head_dim) -> (tokens, heads, head_dim); FA2 takes grouped K/V heads as they are.
+        q, k, v = (t[0].transpose(0, 1).contiguous() for t in (query, key, value))
+        out = varlen_attn(q, k, v, cu, cu, int(max_len), int(max_len), scale=scaling, **causal)
+        return out.unsqueeze(0), None  # (1, tokens, heads, head_dim), as sdpa_attention_forward returns
+
+    AttentionInterface.register("torch_varlen_fa2", torch_varlen_attention)
+
+
+def load_examples(tok, path, positions, max_length):
+    """Token ids of the examples at `positions` (indices into the file's lines)."""
+    wanted = set(positions)
+    lines = {}
+    with open(path) as f:
+        for i, line in enumerate(f):
+            if i in wanted:
+                lines[i] = json.loads(line)
+    out = {}
+    for i, ex in lines.items():
+        if "messages" in ex:
+            ids = tok.apply_chat_template(ex["messages"], tokenize=True)
+        else:
+            ids = tok(ex.get("text") or (ex.get("prompt", "") + ex.get("completion", ""))).input_ids
+        if hasattr(ids, "keys"):  # BatchEncoding in recent transformers
+            ids = ids["input_ids"]
+        out[i] = list(ids)[:max_length]
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--batch", type=int, default=4, help="examples per rank and step")
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5, help="steps before the measured ones")
+    ap.add_argument("--max-length", type=int, default=4096)
+    ap.add_argument("--attn", choices=["auto", "flash_attention_2", "torch-varlen", "sdpa"], default="auto")
+    ap.add_argument("--no-checkpointing", action="store_true", help="keep every activation")
+    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--name", default="hf-ddp")
+    ap.add_argument("--device", default="auto", help="auto | cuda | cpu")
+    a = ap.parse_args()
+    if a.warmup >= a.steps:
+        ap.error("--warmup must be smaller than --steps")
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    use_cuda = a.device == "cuda" or (a.device == "auto" and torch.cuda.is_available())
+    device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+    distributed = "RANK" in os.environ and world > 1
+    if use_cuda:
+        torch.cuda.set_device(device)
+    if distributed:
+        if use_cuda:
+            dist.init_process_group("nccl", device_id=device)
+        else:
+            dist.init_process_group("gloo")
+
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer, DataCollatorWithFlattening
+    transformers.utils.logging.disable_progress_bar()
+    attn_name, attn_label = pick_attention(a.attn, device)
+
+    # The same shuffled order on every rank; rank r takes every world-th example of it.
+    with open(a.data) as f:
+        n_lines = sum(1 for _ in f)
+    order = list(range(n_lines))
+    random.Random(a.seed).shuffle(order)
+    mine = order[rank::world]
+    need = a.steps * a.batch
+    if len(mine) < need:
+        raise SystemExit(f"{a.data}: {n_lines} examples, rank {rank} needs {need} ({a.steps} steps x {a.batch})")
+    mine = mine[:need]
+    tok = AutoTokenizer.from_pretrained(a.model)
+    ids = load_examples(tok, a.data, mine, a.max_length)
+    collate = DataCollatorWithFlattening(return_flash_attn_kwargs=True, return_tensors="pt")
+
+    dtype = torch.bfloat16 if use_cuda else torch.float32
+    load = dict(dtype=dtype, attn_implementation=attn_name)
+    if use_cuda and importlib.util.find_spec("accelerate") is not None:
+        load["device_map"] = {"": device}
+    model = AutoModelForCausalLM.from_pretrained(a.model, **load).to(device)
+    model.config.use_cache = False
+    if not a.no_checkpointing:
+        ckpt = {"use_reentrant": False}
+        if hasattr(model, "activation_checkpointing_enable"):
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=ckpt)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=ckpt)
+    model.train()
+    num_parameters = sum(p.numel() for p in model.parameters())
+    net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank] if use_cuda else None) \
+        if distributed else model
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, fused=use_cuda)
+
+    def sync():
+        if use_cuda:
+            torch.cuda.synchronize()
+        if distributed:
+            dist.barrier()
+
+    losses, tokens, start = [], 0, None
+    for step in range(a.steps):
+        if step == a.warmup:  # the earlier steps pay for allocator growth, kernel selection, NCCL set-up
+            sync()
+            start = time.perf_counter()
+        feats = [{"input_ids": ids[i]} for i in mine[step * a.batch:(step + 1) * a.batch]]
+        batch = collate(feats)
+        n_tokens = batch["input_ids"].numel()
+        batch = {k: (v.to(device, non_blocking=True) if torch.is_tensor(v) else v) for k, v in batch.items()}
+        loss = net(**batch, use_cache=False).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.detach())
+        if step >= a.warmup:
+            tokens += n_tokens
+    sync()
+    seconds = time.perf_counter() - start
+
+    stats = torch.tensor([float(tokens), seconds,
+                          torch.cuda.max_memory_allocated(device) if use_cuda else 0.0,
+                          torch.cuda.max_memory_reserved(device) if use_cuda else 0.0], dtype=torch.float64,
+                         device=device)
+    if distributed:
+        tok_sum = stats[:1].clone()
+        dist.all_reduce(tok_sum)  # global tokens
+        dist.all_reduce(stats, op=dist.ReduceOp.MAX)  # slowest rank's time, largest peak
+        stats[0] = tok_sum[0]
+    global_tokens, seconds, peak_alloc, peak_res = stats.tolist()
+    if rank == 0:
+        tps = global_tokens / seconds
+        out = {"name": a.name, "impl": "transformers+ddp" if distributed else "transformers",
+               "world_size": world, "attention": attn_label, "tokens_per_s": tps,
+               "tokens_per_s_per_gpu": tps / world, "steps_measured": a.steps - a.warmup,
+               "examples_per_gpu": a.batch, "num_parameters": num_parameters,
+               "mfu": 6 * num_parameters * tps / world / 989e12,
+               "peak_allocated_gib": peak_alloc / 2**30, "peak_reserved_gib": peak_res / 2**30,
+               "first_loss": float(losses[0]), "last_loss": float(losses[-1]),
+               "losses": [float(x) for x in losses], "activation_checkpointing": not a.no_checkpointing,
+               "device": torch.cuda.get_device_name(device) if use_cuda else "cpu",
+               "torch": torch.__version__, "transformers": transformers.__version__}
+        print(json.dumps(out), flush=True)
+    if distributed:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
