@@ -2,6 +2,7 @@
 
 #include "trainer/flat_adamw.h"
 
+#include <ATen/record_function.h>
 #include <c10/core/GradMode.h>
 
 #include <stdexcept>
@@ -60,6 +61,7 @@ AdamW::AdamW(std::vector<std::string> names, std::vector<at::Tensor> params, con
 
 void AdamW::accumulate_gradients() {
   if (!master_weights_) return;
+  RECORD_USER_SCOPE("fptrain::optimizer_accumulate");  // names the work in a step profile (trainer/step_profiler.h)
   if (dp_.comm) throw std::logic_error("AdamW: fp32 gradient accumulation is not available with data parallelism");
   c10::NoGradGuard no_grad;
   flat_->collect_grads();
@@ -70,6 +72,7 @@ void AdamW::accumulate_gradients() {
 }
 
 at::Tensor AdamW::grad_norm(double max_norm) {
+  RECORD_USER_SCOPE("fptrain::clip_grad_norm");
   c10::NoGradGuard no_grad;
   // With data parallelism the buffer was reduced during the backward: a gradient
   // that arrived elsewhere (assigned by hand) would have missed the reduction.
@@ -110,6 +113,7 @@ at::Tensor AdamW::clip_grad_norm(double max_norm) {
 }
 
 void AdamW::step(double lr, CommClock* clock) {
+  RECORD_USER_SCOPE("fptrain::optimizer_step");
   c10::NoGradGuard no_grad;
   flat_->collect_grads();
   ++steps_taken_;

@@ -378,6 +378,12 @@ const std::vector<KeyDef>& key_defs() {
     t.integer("logging.eval_interval", "steps between evaluations on data.eval (0: at the end only)",
               MEMBER(logging.eval_interval), 0);
     t.integer("logging.eval_max_batches", "cap on eval micro-batches (0: all)", MEMBER(logging.eval_max_batches), 0);
+    t.integer("logging.profile_steps",
+              "steps to profile after logging.profile_warmup (0: off): time per kernel category, GPU idle time and "
+              "top kernels into profile.json and profile.md",
+              MEMBER(logging.profile_steps), 0, 100000, /*omit_zero=*/true);
+    t.integer("logging.profile_warmup", "steps this process runs before the profiled ones",
+              MEMBER(logging.profile_warmup), 0);
     // checkpoint
     t.integer("checkpoint.interval", "steps between checkpoints (0: final only)", MEMBER(checkpoint.interval), 0);
     t.integer("checkpoint.keep_last", "checkpoints kept; older ones are deleted", MEMBER(checkpoint.keep_last), 1);

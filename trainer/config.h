@@ -91,6 +91,10 @@ struct LoggingSection {
   int64_t log_interval = 10;
   int64_t eval_interval = 0;    // 0 = evaluate only at the end (when data.eval is set)
   int64_t eval_max_batches = 0; // 0 = the whole eval set
+  // Step profile (trainer/step_profiler.h): this many steps under Kineto after
+  // profile_warmup steps of this process, into profile.json and profile.md (0: off).
+  int64_t profile_steps = 0;
+  int64_t profile_warmup = 5;
 };
 
 struct CheckpointSection {

@@ -13,6 +13,7 @@
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
 #include "trainer/model_setup.h"
+#include "trainer/step_profiler.h"
 #include "trainer/stop_signal.h"
 
 #include "common/files.h"
@@ -103,6 +104,7 @@ class Run {
   std::unique_ptr<GradReducer> reducer_;  // with group_
   std::unique_ptr<CommClock> comm_clock_;  // with group_
   std::unique_ptr<MetricsLogger> metrics_;
+  std::unique_ptr<StepProfiler> profiler_;  // logging.profile_steps; rank 0 only
   int64_t first_step_ = 0;  // the step this process started from
   int64_t gather_seq_ = 0;
   int64_t step_ = 0;  // optimizer steps completed
@@ -121,6 +123,7 @@ TrainOutcome Run::execute() {
   Stop stop = Stop::kNone;
   while (step_ < total_steps_ && stop == Stop::kNone) {
     const auto step_start = Clock::now();
+    profiler_->begin_step(step_);
     // A stop request also ends the wait for data (a long stretch of skipped
     // lines can hold the next step back for minutes) — for one process only:
     // data-parallel ranks must all take the same steps, and agree on stopping.
@@ -143,6 +146,7 @@ TrainOutcome Run::execute() {
     stop = stop_reason();
     metrics_->record(rec, config_.logging.log_interval, /*force=*/stop != Stop::kNone);
     evaluate_and_save_on_schedule();
+    profiler_->end_step(step_);
   }
   TrainOutcome outcome = finish(stop, seconds_since(run_start));
   if (group_) group_->finish();
@@ -307,6 +311,8 @@ void Run::set_up() {
     };
   metrics_ = std::make_unique<MetricsLogger>(output_dir_, total_steps_, model_.config.num_parameters(), device_, step_,
                                              std::move(scope));
+  profiler_ = std::make_unique<StepProfiler>(leader() ? config_.logging.profile_steps : 0,
+                                             config_.logging.profile_warmup, output_dir_, device_);
   log_run_banner(config_, model_.config, device_, model_.dtype, model_.backend, optimizer_->has_master_weights(),
                  total_steps_);
   if (group_) {
@@ -481,6 +487,7 @@ nlohmann::json Run::memory_per_rank() const {
 // The end of a run: the final evaluation and checkpoint (or the one a stop
 // asks for), summary.json and the closing log lines.
 TrainOutcome Run::finish(Stop stop, double wall_seconds) {
+  profiler_->finish();
   TrainOutcome outcome;
   if (stop == Stop::kDataEnded) {
     if (step_ == 0)
