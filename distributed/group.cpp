@@ -75,9 +75,7 @@ std::vector<uint8_t> Group::wait_get(const std::string& key, int from, const std
     store_->wait({key}, options_.timeout);
     return store_->get(key);
   } catch (const std::exception& e) {
-    if (store_connection_lost(e))
-      throw std::runtime_error("rank " + std::to_string(rank()) + ": lost the store (hosted by rank 0 or torchrun's "
-                               "agent) at " + what + ": " + first_line(e) + "; rank 0 or its machine is gone");
+    if (store_connection_lost(e)) throw;  // with_store says it
     throw std::runtime_error("rank " + std::to_string(rank()) + ": rank " + std::to_string(from) +
                              " did not arrive at " + what + " within " +
                              std::to_string(options_.timeout.count() / 1000) + " s (distributed.timeout): " +
@@ -87,12 +85,19 @@ std::vector<uint8_t> Group::wait_get(const std::string& key, int from, const std
 
 std::vector<std::string> Group::all_gather_text(const std::string& name, const std::string& value) {
   const std::string base = "gather/" + name + "/";
-  store_->set(base + std::to_string(rank()), bytes(value));
   std::vector<std::string> out(world_size());
-  for (int r = 0; r < world_size(); ++r) out[r] = text(wait_get(base + std::to_string(r), r, "'" + name + "'"));
-  if (store_->add(base + "read", 1) == world_size()) {
-    for (int r = 0; r < world_size(); ++r) store_->deleteKey(base + std::to_string(r));
-    store_->deleteKey(base + "read");
+  with_store(rank(), "'" + name + "'", [&] {
+    store_->set(base + std::to_string(rank()), bytes(value));
+    for (int r = 0; r < world_size(); ++r) out[r] = text(wait_get(base + std::to_string(r), r, "'" + name + "'"));
+  });
+  // Clean-up only: the values are in hand, so a store that just went away (rank 0
+  // failing on what it gathered) must not replace the caller's own verdict.
+  try {
+    if (store_->add(base + "read", 1) == world_size()) {
+      for (int r = 0; r < world_size(); ++r) store_->deleteKey(base + std::to_string(r));
+      store_->deleteKey(base + "read");
+    }
+  } catch (const std::exception&) {
   }
   return out;
 }
@@ -110,6 +115,11 @@ void Group::check_same(const std::string& what, const std::string& value) {
 }
 
 bool Group::stop_vote(int64_t step, bool want_stop, int64_t first_step) {
+  return with_store(rank(), "the stop vote of step " + std::to_string(step),
+                    [&] { return stop_vote_unguarded(step, want_stop, first_step); });
+}
+
+bool Group::stop_vote_unguarded(int64_t step, bool want_stop, int64_t first_step) {
   store_->add("stop/" + std::to_string(step), want_stop ? 1 + kStopFlag : 1);
   if (step <= first_step) return false;  // nothing posted before this process's first step
   const std::string prev = "stop/" + std::to_string(step - 1);
@@ -135,6 +145,9 @@ bool Group::stop_vote(int64_t step, bool want_stop, int64_t first_step) {
 void Group::report_failure(const std::string& message) noexcept {
   try {
     if (!store_->check({kAbortKey})) store_->set(kAbortKey, bytes("rank " + std::to_string(rank()) + " failed: " + message));
+    // The store lives in rank 0's process (launched by hand): stay a moment, so
+    // that the others read why instead of finding the store gone.
+    if (rank() == 0 && !env_.use_agent_store) std::this_thread::sleep_for(std::chrono::seconds(2));
   } catch (...) {
   }
 }
@@ -144,6 +157,7 @@ void Group::finish() {
   finished_ = true;
   barrier("finish");
   monitor_->stop();
+  with_store(rank(), "the end of the run", [&] {
   if (rank() == 0) {
     // The store lives in this process: wait (briefly) until the others are done with it.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -152,6 +166,7 @@ void Group::finish() {
   } else {
     store_->add("left", 1);
   }
+  });
 }
 
 }  // namespace fptrain::distributed

@@ -65,6 +65,7 @@ class Group {
  private:
   Group(LaunchEnv env, GroupOptions options);
   std::vector<uint8_t> wait_get(const std::string& key, int from, const std::string& what);
+  bool stop_vote_unguarded(int64_t step, bool want_stop, int64_t first_step);
 
   LaunchEnv env_;
   GroupOptions options_;

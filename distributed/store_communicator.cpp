@@ -40,10 +40,7 @@ std::vector<uint8_t> StoreCommunicator::receive(const std::string& k, int src, c
     store_->wait({k}, timeout_);
     return store_->get(k);
   } catch (const std::exception& e) {
-    if (store_connection_lost(e))
-      throw std::runtime_error("rank " + std::to_string(rank_) + ": lost the store (hosted by rank 0 or torchrun's "
-                               "agent) in " + what + " #" + std::to_string(seq) + ": " + first_line(e) +
-                               "; rank 0 or its machine is gone");
+    if (store_connection_lost(e)) throw;  // with_store says it
     throw std::runtime_error("rank " + std::to_string(rank_) + ": no data from rank " + std::to_string(src) + " in " +
                              what + " #" + std::to_string(seq) + " within " +
                              std::to_string(timeout_.count() / 1000) + " s (distributed.timeout): rank " +
@@ -78,16 +75,21 @@ void StoreCommunicator::all_reduce(at::Tensor t, Reduce op, const char* what) {
 }
 
 Pending StoreCommunicator::all_reduce_sum(at::Tensor t) {
-  all_reduce(std::move(t), Reduce::kSum, "all-reduce");
+  with_store(rank_, "an all-reduce", [&] { all_reduce(std::move(t), Reduce::kSum, "all-reduce"); });
   return {};
 }
 
 Pending StoreCommunicator::all_reduce_max(at::Tensor t) {
-  all_reduce(std::move(t), Reduce::kMax, "all-reduce (max)");
+  with_store(rank_, "an all-reduce", [&] { all_reduce(std::move(t), Reduce::kMax, "all-reduce (max)"); });
   return {};
 }
 
 Pending StoreCommunicator::reduce_scatter_sum(at::Tensor full, at::Tensor out) {
+  with_store(rank_, "a reduce-scatter", [&] { reduce_scatter(full, out); });
+  return {};
+}
+
+void StoreCommunicator::reduce_scatter(const at::Tensor& full, const at::Tensor& out) {
   const int64_t n = out.numel();
   TORCH_CHECK(full.numel() == n * world_, "reduce_scatter_sum: full must hold world_size x out elements");
   const int64_t seq = seq_++;
@@ -107,10 +109,15 @@ Pending StoreCommunicator::reduce_scatter_sum(at::Tensor full, at::Tensor out) {
     acc = acc.defined() ? acc + x : x;
   }
   out.copy_(acc);
-  return {};
+
 }
 
 Pending StoreCommunicator::all_gather(at::Tensor shard, at::Tensor full) {
+  with_store(rank_, "an all-gather", [&] { gather(shard, full); });
+  return {};
+}
+
+void StoreCommunicator::gather(const at::Tensor& shard, const at::Tensor& full) {
   const int64_t n = shard.numel();
   TORCH_CHECK(full.numel() == n * world_, "all_gather: full must hold world_size x shard elements");
   const int64_t seq = seq_++;
@@ -124,10 +131,15 @@ Pending StoreCommunicator::all_gather(at::Tensor shard, at::Tensor full) {
   at::Tensor mine = full.narrow(0, rank_ * n, n);
   if (mine.data_ptr() != shard.data_ptr()) mine.copy_(shard);
   done_reading(seq, keys, world_);
-  return {};
+
 }
 
 Pending StoreCommunicator::broadcast(at::Tensor t, int root) {
+  with_store(rank_, "a broadcast", [&] { broadcast_from(t, root); });
+  return {};
+}
+
+void StoreCommunicator::broadcast_from(const at::Tensor& t, int root) {
   const int64_t seq = seq_++;
   const std::string k = key(seq, root);
   if (rank_ == root) {
@@ -136,7 +148,7 @@ Pending StoreCommunicator::broadcast(at::Tensor t, int root) {
     t.copy_(from_bytes(receive(k, root, "broadcast", seq), t));
   }
   done_reading(seq, {k}, world_);
-  return {};
+
 }
 
 }  // namespace fptrain::distributed

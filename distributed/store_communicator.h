@@ -28,6 +28,9 @@ class StoreCommunicator : public Communicator {
  private:
   enum class Reduce { kSum, kMax };
   void all_reduce(at::Tensor t, Reduce op, const char* what);
+  void reduce_scatter(const at::Tensor& full, const at::Tensor& out);
+  void gather(const at::Tensor& shard, const at::Tensor& full);
+  void broadcast_from(const at::Tensor& t, int root);
   std::string key(int64_t seq, int src, int dst = -1) const;
   std::vector<uint8_t> receive(const std::string& key, int src, const char* what, int64_t seq);
   void done_reading(int64_t seq, const std::vector<std::string>& keys, int readers);

@@ -181,28 +181,45 @@ at::Tensor CausalLM::mlp(const std::string& prefix, const at::Tensor& x) const {
                     bias(prefix + "down_proj.bias", b));
 }
 
+const at::Tensor& CausalLM::head_weight() const {
+  return weight(config_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+}
+
 at::Tensor CausalLM::logits(const PackedInput& input) const {
-  const at::Tensor& head =
-      weight(config_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
-  at::Tensor logits = at::linear(hidden_states(input), head);  // [T, vocab]
-  if (config_.logits_scaling != 1.0) logits = logits / config_.logits_scaling;
-  return logits;
+  return lm_head_logits(hidden_states(input), head_weight(), config_.logits_scaling);  // [T, vocab]
 }
 
 // Position t predicts labels[t+1]; the last position predicts nothing. The
 // cross-entropy is computed in fp32 and summed; the count stays on the device.
-LossOutput CausalLM::loss(const PackedInput& input, const at::Tensor& labels) const {
+// The fused path never holds the [T, vocab] logits (models/linear_cross_entropy.h);
+// the reference path is the materialised one it replaced.
+LossOutput CausalLM::loss(const PackedInput& input, const at::Tensor& labels, const at::Tensor& labels_cpu) const {
   if (!labels.defined() || labels.dim() != 1 || labels.scalar_type() != at::kLong ||
       labels.sizes() != input.input_ids.sizes() || labels.device() != input.input_ids.device()) {
     throw std::invalid_argument("CausalLM::loss: labels must be int64 [T] like input_ids, on its device");
   }
-  const at::Tensor token_logits = logits(input).to(at::kFloat);  // also checks the input
-  constexpr int64_t kIgnore = -100;
-  const at::Tensor targets = at::cat({labels.narrow(0, 1, labels.size(0) - 1),
-                                      at::full({1}, kIgnore, labels.options())});
+  if (labels_cpu.defined() && (!labels_cpu.is_cpu() || labels_cpu.scalar_type() != at::kLong ||
+                               labels_cpu.sizes() != labels.sizes())) {
+    throw std::invalid_argument("CausalLM::loss: labels_cpu must be an int64 CPU copy of labels");
+  }
+  auto shift = [](const at::Tensor& l) {
+    return at::cat({l.narrow(0, 1, l.size(0) - 1), at::full({1}, kIgnoreIndex, l.options())});
+  };
+  const at::Tensor targets = shift(labels);
   LossOutput out;
-  out.loss_sum = at::cross_entropy_loss(token_logits, targets, /*weight=*/{}, at::Reduction::Sum, kIgnore);
-  out.num_supervised = (targets != kIgnore).sum();
+  out.num_supervised = (targets != kIgnoreIndex).sum();
+  if (!loss_options_.fused) {
+    out.loss_sum = reference_linear_cross_entropy(hidden_states(input), head_weight(), targets,
+                                                  config_.logits_scaling);  // also checks the input
+    return out;
+  }
+  // The host copy of the targets first: a copy from the device here waits only
+  // for what was queued before this forward pass.
+  const at::Tensor targets_cpu = labels_cpu.defined() ? shift(labels_cpu)
+                                 : targets.is_cpu()   ? targets
+                                                      : targets.to(at::kCPU);
+  out.loss_sum = linear_cross_entropy(hidden_states(input), head_weight(), targets, config_.logits_scaling,
+                                      loss_options_.chunk_tokens, targets_cpu);  // also checks the input
   return out;
 }
 

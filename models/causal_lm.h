@@ -3,6 +3,7 @@
 #pragma once
 
 #include "attention/varlen_attention.h"
+#include "models/linear_cross_entropy.h"
 #include "models/model_config.h"
 #include "models/rope.h"
 #include "models/tensor_map.h"
@@ -31,6 +32,15 @@ struct LossOutput {
   at::Tensor num_supervised;  // int64 scalar, on device (no host sync)
 };
 
+// How CausalLM::loss computes the head and the cross-entropy.
+struct LossOptions {
+  // true: linear_cross_entropy (chunks of supervised tokens, the [T, vocab]
+  // logits never exist); false: the materialised reference path
+  // (reference_linear_cross_entropy), kept for comparison.
+  bool fused = true;
+  int64_t chunk_tokens = 0;  // fused: supervised tokens per chunk; 0 = default_chunk_tokens(vocab)
+};
+
 class CausalLM {
  public:
   // `parameters` must hold exactly the tensors of expected_parameter_shapes(config)
@@ -46,8 +56,14 @@ class CausalLM {
   at::Tensor hidden_states(const PackedInput& input) const;  // [T, hidden], after the final norm
   at::Tensor logits(const PackedInput& input) const;         // [T, vocab]
   // labels [T] int64 in Hugging Face's unshifted convention (-100 = ignored);
-  // position t predicts labels[t+1].
-  LossOutput loss(const PackedInput& input, const at::Tensor& labels) const;
+  // position t predicts labels[t+1]. labels_cpu: optional host copy of labels
+  // (the batcher has one); the fused loss reads from it which tokens are
+  // supervised, and without it copies CUDA labels to the host once (before the
+  // forward pass is queued, so it waits only for work queued earlier).
+  LossOutput loss(const PackedInput& input, const at::Tensor& labels, const at::Tensor& labels_cpu = {}) const;
+
+  void set_loss_options(LossOptions options) { loss_options_ = options; }
+  const LossOptions& loss_options() const { return loss_options_; }
 
   // Optional wrapper around each decoder layer, used by the trainer for
   // activation checkpointing: when set, hidden_states() computes layer i as
@@ -60,6 +76,7 @@ class CausalLM {
 
  private:
   const at::Tensor& weight(const std::string& name) const;
+  const at::Tensor& head_weight() const;  // lm_head, or the tied embedding
   at::Tensor bias(const std::string& name, bool present) const;  // undefined when absent
   attention::VarlenSpec attention_spec(const PackedInput& input) const;
   at::Tensor decoder_layer(int64_t layer, const at::Tensor& x, const RotaryTables& rope,
@@ -73,6 +90,7 @@ class CausalLM {
   attention::Backend backend_;
   at::Tensor inv_freq_;  // RoPE inverse frequencies, fp32 on the parameters' device
   LayerRunner layer_runner_;
+  LossOptions loss_options_;
 };
 
 }  // namespace fptrain::models

@@ -34,6 +34,7 @@ DeviceBatch to_device(const data::PackedBatch& b, const at::Device& device) {
   d.input.cu_seqlens_cpu = cu;
   d.input.max_seqlen = b.max_seqlen;
   d.labels = labels.to(device, true);
+  d.labels_host = labels;
   d.num_examples = b.num_examples;
   d.num_tokens = b.num_tokens;
   d.num_padding = b.num_padding_tokens;

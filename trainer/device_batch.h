@@ -13,6 +13,7 @@ namespace fptrain::trainer {
 struct DeviceBatch {
   models::PackedInput input;
   at::Tensor labels;  // int64 [T], unshifted, -100 = ignored
+  at::Tensor labels_host;  // the same on the host (the fused loss plans its chunks from it without a device read)
   int64_t num_examples = 0;
   int64_t num_tokens = 0;  // padding included
   int64_t num_padding = 0;

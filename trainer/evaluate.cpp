@@ -35,7 +35,7 @@ EvalResult evaluate(const models::CausalLM& model, data::DataPipeline& data, con
     for (const auto& mb : step->micro_batches) {
       if (mb.num_tokens == 0) continue;
       const DeviceBatch b = to_device(mb, device);
-      loss_sum += model.loss(b.input, b.labels).loss_sum.to(at::kDouble);
+      loss_sum += model.loss(b.input, b.labels, b.labels_host).loss_sum.to(at::kDouble);
       r.supervised_tokens += b.num_supervised;
       r.tokens += b.num_tokens - b.num_padding;
       r.examples += b.num_examples;

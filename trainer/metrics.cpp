@@ -191,7 +191,7 @@ void MetricsLogger::flush_interval() {
                 format_count(sps).c_str());
   line << buf;
   if (scope_.world_size > 1) {
-    std::snprintf(buf, sizeof buf, " (%s per GPU)", format_count(tps_gpu).c_str());
+    std::snprintf(buf, sizeof buf, " (%s per %s)", format_count(tps_gpu).c_str(), device_.device.is_cuda() ? "GPU" : "rank");
     line << buf;
   }
   if (pad_frac > 0) {

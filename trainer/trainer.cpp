@@ -170,7 +170,7 @@ StepRecord Run::train_step(const data::TrainStep& ts) {
     if (mb.num_tokens == 0) continue;  // an empty slot at the end of an epoch
     const DeviceBatch b = to_device(mb, device_.device);
     if (reducer_ && remaining == 1) reducer_->arm();
-    const models::LossOutput out = model_.model->loss(b.input, b.labels);
+    const models::LossOutput out = model_.model->loss(b.input, b.labels, b.labels_host);
     (out.loss_sum / denominator).backward();
     if (fp32_sums && --remaining > 0) optimizer_->accumulate_gradients();
     if (!fp32_sums) --remaining;
@@ -461,8 +461,10 @@ fs::path Run::save_together(TrainingState& state) {
 void Run::run_eval() {
   if (config_.data.eval.empty()) return;
   data::DataPipeline eval_data(make_data_options(config_, /*eval=*/true, rank(), world()), tokenizer_);
-  const EvalResult r =
-      evaluate(*model_.model, eval_data, device_.device, config_.logging.eval_max_batches, group_.get());
+  // eval_max_batches caps the whole evaluation: each rank takes its share.
+  const int64_t cap = config_.logging.eval_max_batches;
+  const EvalResult r = evaluate(*model_.model, eval_data, device_.device, cap > 0 ? (cap + world() - 1) / world() : 0,
+                                group_.get());
   metrics_->record_eval(step_, r.loss, r.supervised_tokens, r.seconds);
 }
 
@@ -557,6 +559,9 @@ TrainOutcome train(const TrainConfig& config) {
   Run run(config);
   try {
     return run.execute();
+  } catch (const c10::Error& e) {  // LibTorch's errors carry a backtrace: one line is enough
+    run.report_failure(e.what_without_backtrace());
+    throw std::runtime_error(e.what_without_backtrace());
   } catch (const std::exception& e) {
     run.report_failure(e.what());
     throw;

@@ -167,13 +167,13 @@ TEST(DataParallelLaunch, RanksWithDifferentConfigurationsAreRefusedNamingTheRank
 // LibTorch backtrace instead: rank 0 throws and exits, taking the store it hosts
 // with it, while rank 1 is still in the clean-up of Group::all_gather_text (its
 // add/deleteKey are outside the wrapped wait).
-TEST(DataParallelLaunch, DISABLED_EveryRankOfMismatchedConfigurationsSaysWhy) {
+TEST(DataParallelLaunch, EveryRankOfMismatchedConfigurationsSaysWhy) {
   WorkDir dir;
   const fs::path cfg = dir.write("c.yaml", dp_config(dir / "run", "tokens.jsonl"));
   const auto args = train_args(cfg, kTen);
   auto odd = args;
   odd.insert(odd.end(), {"--set", "optimizer.lr=1e-3"});
-  for (int attempt = 0; attempt < 20; ++attempt) {
+  for (int attempt = 0; attempt < 6; ++attempt) {
     SCOPED_TRACE("attempt " + std::to_string(attempt));
     auto procs = start_ranks(dir, "run" + std::to_string(attempt), {args, odd});
     const Outcome o = run_processes(procs, std::chrono::seconds(120));

@@ -1,0 +1,270 @@
+// Fused lm_head + cross-entropy. Per chunk of supervised tokens:
+//
+//   logits   = hidden_c @ weight^T            model dtype  [n, V]   (÷ divisor, model dtype)
+//   logp     = log_softmax(logits) in fp32                  [n, V]
+//   loss_t   = -logp[t, target_t]
+//   dlogits  = exp(logp) - onehot(target), in fp32, cast to the model dtype (÷ divisor)
+//   grad_hidden_c  = dlogits @ weight                        [n, H]
+//   grad_weight   += dlogits^T @ hidden_c                    [V, H], summed in fp32
+//
+// which is what autograd does through the materialised path (cross_entropy's
+// backward is softmax - onehot per supervised row and zero elsewhere), in the
+// same dtypes and the same order of roundings, at grad_output = 1. The backward
+// multiplies by the real grad_output (the trainer's 1 / supervised count).
+#include "models/linear_cross_entropy.h"
+
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace fptrain::models {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+[[noreturn]] void fail(const std::string& what) { throw std::invalid_argument("linear_cross_entropy: " + what); }
+
+std::string shape_text(const at::Tensor& t) {
+  std::string s = "[";
+  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  return s + "]";
+}
+
+void check_arguments(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
+                     double divisor) {
+  if (!hidden.defined() || hidden.dim() != 2 || !at::isFloatingType(hidden.scalar_type())) {
+    fail("hidden must be a floating-point [T, H] tensor");
+  }
+  if (!weight.defined() || weight.dim() != 2 || weight.size(1) != hidden.size(1)) {
+    fail("weight must be [V, H] with H = " + std::to_string(hidden.size(1)) + "; got " +
+         (weight.defined() ? shape_text(weight) : std::string("none")));
+  }
+  if (weight.scalar_type() != hidden.scalar_type() || weight.device() != hidden.device()) {
+    fail(std::string("weight is ") + c10::toString(weight.scalar_type()) + " on " + weight.device().str() +
+         " but hidden is " + c10::toString(hidden.scalar_type()) + " on " + hidden.device().str());
+  }
+  if (!targets.defined() || targets.dim() != 1 || targets.scalar_type() != at::kLong ||
+      targets.size(0) != hidden.size(0) || targets.device() != hidden.device()) {
+    fail("targets must be int64 [T] with T = " + std::to_string(hidden.size(0)) + " on " + hidden.device().str());
+  }
+  if (!std::isfinite(divisor) || divisor == 0.0) fail("logits_scale_divisor must be finite and non-zero");
+}
+
+// Which tokens are supervised, and everything else the autograd function needs
+// that is not a differentiable input.
+struct Plan {
+  at::Tensor rows;    // int64 [S] on the device: the supervised positions, when they are not one run
+  int64_t first = 0;  // otherwise they are first, first + 1, ..., first + S - 1
+  int64_t count = 0;  // S
+  at::Tensor targets;  // int64 [T] on the device
+  double divisor = 1.0;
+  int64_t chunk = 1;
+  bool grad_hidden = false, grad_weight = false;
+
+  // The supervised rows of x ([T, ...]): a view when they are one run.
+  at::Tensor select(const at::Tensor& x) const {
+    return rows.defined() ? x.index_select(0, rows) : x.narrow(0, first, count);
+  }
+};
+
+// Reads the host copy of the targets: checks every value and finds the
+// supervised positions. Their index goes to the device through pinned memory,
+// without waiting for the device.
+void find_supervised(Plan& plan, const at::Tensor& host_targets, int64_t vocab, const at::Device& device) {
+  const at::Tensor host = host_targets.contiguous();
+  const int64_t* t = host.const_data_ptr<int64_t>();
+  std::vector<int64_t> rows;
+  for (int64_t i = 0; i < host.numel(); ++i) {
+    if (t[i] == kIgnoreIndex) continue;
+    if (t[i] < 0 || t[i] >= vocab) {
+      fail("target " + std::to_string(t[i]) + " at position " + std::to_string(i) + " is neither -100 nor in [0, " +
+           std::to_string(vocab) + ")");
+    }
+    rows.push_back(i);
+  }
+  plan.count = static_cast<int64_t>(rows.size());
+  if (rows.empty() || rows.back() - rows.front() + 1 == plan.count) {
+    plan.first = rows.empty() ? 0 : rows.front();
+    return;
+  }
+  at::Tensor index = at::empty({plan.count}, at::TensorOptions().dtype(at::kLong).pinned_memory(device.is_cuda()));
+  std::copy(rows.begin(), rows.end(), index.mutable_data_ptr<int64_t>());
+  plan.rows = index.to(device, /*non_blocking=*/true);
+}
+
+// One chunk's log-probabilities, fp32 [n, V], from logits computed exactly as
+// lm_head_logits does (the in-place division gives the same values as its
+// out-of-place one; the chunk's logits are ours alone).
+at::Tensor chunk_log_probs(const at::Tensor& hidden_chunk, const at::Tensor& weight, double divisor) {
+  at::Tensor logits = at::linear(hidden_chunk, weight);
+  if (divisor != 1.0) logits.div_(divisor);
+  return at::log_softmax(logits, 1, at::kFloat);
+}
+
+// d(sum of the chunk's losses) / d(logits) as autograd forms it through the
+// materialised path: softmax - onehot in fp32 (exp of the log-probabilities,
+// and exp(logp) - 1 at the target, computed before any rounding), cast to the
+// model dtype (the backward of .to(kFloat)), then ÷ divisor in the model dtype
+// (the backward of the division). Consumes logp.
+at::Tensor chunk_logits_grad(at::Tensor logp, const at::Tensor& picked, const at::Tensor& target_column,
+                             at::ScalarType dtype, double divisor) {
+  at::Tensor dlogits;
+  if (dtype == at::kFloat) {
+    dlogits = logp.exp_();
+  } else {
+    dlogits = at::empty(logp.sizes(), logp.options().dtype(dtype));
+    at::exp_out(dlogits, logp);  // exp in fp32, one rounding to the model dtype
+    logp.reset();
+  }
+  dlogits.scatter_(1, target_column, (picked.exp() - 1.0).to(dtype));
+  if (divisor != 1.0) dlogits.div_(divisor);
+  return dlogits;
+}
+
+// sum += dlogits^T @ hidden_chunk, with `sum` in fp32 (fp64 for an fp64 model).
+//
+// Why summing the chunks in fp32 and rounding once at the end is at least as
+// accurate as autograd's single GEMM: autograd computes grad_weight =
+// dlogits^T @ hidden over all T tokens in one GEMM, which multiplies the 16-bit
+// inputs exactly, accumulates in fp32 and rounds each element to the model dtype
+// once. Here the same 16-bit dlogits and hidden values go in; on CUDA each
+// chunk's GEMM adds straight into the fp32 buffer (cuBLAS with an fp32 C and
+// beta = 1, no 16-bit intermediate), on the CPU the chunk operands are widened
+// to fp32 first (a product of two bf16/fp16 values is exact in fp32). So every
+// element is again an fp32 sum of the same exact products, in another order,
+// rounded to the model dtype once. Accumulating in the model dtype instead would
+// round once per chunk.
+void accumulate_weight_grad(at::Tensor& sum, const at::Tensor& dlogits, const at::Tensor& hidden_chunk) {
+  if (sum.scalar_type() == dlogits.scalar_type()) {
+    sum.addmm_(dlogits.t(), hidden_chunk);
+  } else if (sum.is_cuda()) {
+    at::addmm_out(sum, sum, dlogits.t(), hidden_chunk, sum.scalar_type());
+  } else {
+    sum.addmm_(dlogits.t().to(sum.scalar_type()), hidden_chunk.to(sum.scalar_type()));
+  }
+}
+
+at::Tensor take_tensor(AutogradContext* ctx, const char* key) {
+  at::IValue& slot = ctx->saved_data[key];
+  at::Tensor t = slot.isTensor() ? std::move(slot).toTensor() : at::Tensor();
+  slot = at::IValue();
+  return t;
+}
+
+class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossEntropyFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
+                            const Plan& plan) {
+    const int64_t S = plan.count, H = hidden.size(1);
+    const at::ScalarType dtype = hidden.scalar_type();
+    at::Tensor token_loss = at::empty({S}, hidden.options().dtype(at::kFloat));
+    at::Tensor grad_hidden, grad_hidden_rows, grad_weight_sum;
+    if (plan.grad_hidden) {
+      grad_hidden = at::zeros(hidden.sizes(), hidden.options());  // ignored tokens: zero rows
+      grad_hidden_rows = plan.rows.defined() ? at::empty({S, H}, hidden.options())
+                                             : grad_hidden.narrow(0, plan.first, S);
+    }
+    if (plan.grad_weight) {
+      grad_weight_sum = at::zeros(weight.sizes(), weight.options().dtype(dtype == at::kDouble ? at::kDouble : at::kFloat));
+    }
+    if (S > 0) {
+      const at::Tensor h = plan.select(hidden), t = plan.select(plan.targets);
+      for (int64_t start = 0; start < S; start += plan.chunk) {
+        const int64_t n = std::min(plan.chunk, S - start);
+        const at::Tensor hidden_chunk = h.narrow(0, start, n);
+        const at::Tensor target_column = t.narrow(0, start, n).unsqueeze(1);
+        at::Tensor logp = chunk_log_probs(hidden_chunk, weight, plan.divisor);
+        const at::Tensor picked = logp.gather(1, target_column);  // [n, 1] log-probability of the target
+        at::Tensor loss_out = token_loss.narrow(0, start, n);
+        at::neg_out(loss_out, picked.squeeze(1));
+        if (!plan.grad_hidden && !plan.grad_weight) continue;
+        const at::Tensor dlogits = chunk_logits_grad(std::move(logp), picked, target_column, dtype, plan.divisor);
+        if (plan.grad_hidden) {
+          at::Tensor out = grad_hidden_rows.narrow(0, start, n);
+          at::mm_out(out, dlogits, weight);
+        }
+        if (plan.grad_weight) accumulate_weight_grad(grad_weight_sum, dlogits, hidden_chunk);
+      }
+      if (plan.grad_hidden && plan.rows.defined()) grad_hidden.index_copy_(0, plan.rows, grad_hidden_rows);
+    }
+    at::Tensor grad_weight;
+    if (plan.grad_weight) {
+      grad_weight = grad_weight_sum.scalar_type() == dtype ? grad_weight_sum : grad_weight_sum.to(dtype);
+    }
+    ctx->saved_data["grad_hidden"] = grad_hidden;
+    ctx->saved_data["grad_weight"] = grad_weight;
+    ctx->saved_data["supervised"] = S;
+    ctx->saved_data["consumed"] = false;
+    return token_loss.sum();
+  }
+
+  // Scales the saved gradients by grad_output in place and hands them over.
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    TORCH_CHECK(!ctx->saved_data["consumed"].toBool(),
+                "linear_cross_entropy: a second backward through the same loss; the first one took the saved "
+                "gradients (retain_graph is not supported)");
+    ctx->saved_data["consumed"] = true;
+    at::Tensor grad_hidden = take_tensor(ctx, "grad_hidden");
+    at::Tensor grad_weight = take_tensor(ctx, "grad_weight");
+    // With nothing supervised the gradients are exact zeros whatever grad_output is.
+    if (ctx->saved_data["supervised"].toInt() > 0 && grad_outputs[0].defined()) {
+      // A [1] tensor, not a 0-dim one: type promotion then computes in fp32 and
+      // rounds each product once, instead of first rounding grad_output to bf16.
+      const at::Tensor scale = grad_outputs[0].reshape({1});
+      if (grad_hidden.defined()) grad_hidden.mul_(scale);
+      if (grad_weight.defined()) grad_weight.mul_(scale);
+    }
+    return {grad_hidden, grad_weight, at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor lm_head_logits(const at::Tensor& hidden, const at::Tensor& weight, double logits_scale_divisor) {
+  at::Tensor logits = at::linear(hidden, weight);
+  if (logits_scale_divisor != 1.0) logits = logits / logits_scale_divisor;
+  return logits;
+}
+
+int64_t default_chunk_tokens(int64_t vocab_size) {
+  constexpr int64_t kChunkLogitsBytes = int64_t{512} << 20;  // one chunk's fp32 logits
+  const int64_t tokens = std::max<int64_t>(1, kChunkLogitsBytes / (4 * std::max<int64_t>(vocab_size, 1)));
+  return tokens >= 128 ? tokens / 128 * 128 : tokens;
+}
+
+at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
+                                double logits_scale_divisor, int64_t chunk_tokens, const at::Tensor& targets_cpu) {
+  check_arguments(hidden, weight, targets, logits_scale_divisor);
+  at::Tensor host_targets = targets_cpu;
+  if (host_targets.defined()) {
+    if (!host_targets.is_cpu() || host_targets.scalar_type() != at::kLong || host_targets.sizes() != targets.sizes()) {
+      fail("targets_cpu must be an int64 CPU copy of targets " + shape_text(targets));
+    }
+  } else {
+    host_targets = targets.is_cpu() ? targets : targets.to(at::kCPU);  // waits for the device
+  }
+  Plan plan;
+  find_supervised(plan, host_targets, weight.size(0), hidden.device());
+  plan.targets = targets;
+  plan.divisor = logits_scale_divisor;
+  plan.chunk = chunk_tokens > 0 ? chunk_tokens : default_chunk_tokens(weight.size(0));
+  const bool grad_mode = c10::GradMode::is_enabled();
+  plan.grad_hidden = grad_mode && hidden.requires_grad();
+  plan.grad_weight = grad_mode && weight.requires_grad();
+  return LinearCrossEntropyFunction::apply(hidden, weight, plan);
+}
+
+at::Tensor reference_linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight,
+                                          const at::Tensor& targets, double logits_scale_divisor) {
+  check_arguments(hidden, weight, targets, logits_scale_divisor);
+  const at::Tensor logits = lm_head_logits(hidden, weight, logits_scale_divisor).to(at::kFloat);
+  return at::cross_entropy_loss(logits, targets, /*weight=*/{}, at::Reduction::Sum, kIgnoreIndex);
+}
+
+}  // namespace fptrain::models
