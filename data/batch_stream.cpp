@@ -202,6 +202,36 @@ PackedBatch BatchStream::build(const MicroBatchPlan& plan) const {
   return options_.batching == BatchMode::kPad ? build_padded_batch(exs, pad_id_) : build_flat_batch(exs);
 }
 
+// The step's examples, dealt to the ranks by length (assign_ranks with
+// balance: largest first onto the rank with the fewest tokens, at most
+// ceil(n / W) examples each), each rank's in stream order and cut into
+// micro-batches of examples_per_micro_batch.
+std::vector<BatchStream::MicroBatchPlan> BatchStream::balance_across_ranks(std::vector<MicroBatchPlan> plans,
+                                                                          std::vector<int>& ranks) const {
+  const int W = options_.world_size;
+  std::vector<std::shared_ptr<const ProcessedExample>> pool;
+  std::vector<int64_t> lengths;
+  for (auto& p : plans)
+    for (auto& e : p.examples) {
+      lengths.push_back(e->length());
+      pool.push_back(std::move(e));
+    }
+  const std::vector<int> rank_of = assign_ranks(lengths, W, /*balance=*/true);
+  std::vector<std::vector<std::shared_ptr<const ProcessedExample>>> per_rank(W);
+  for (size_t i = 0; i < pool.size(); ++i) per_rank[rank_of[i]].push_back(std::move(pool[i]));
+  std::vector<MicroBatchPlan> out;
+  ranks.clear();
+  const size_t n = static_cast<size_t>(options_.examples_per_micro_batch);
+  for (int r = 0; r < W; ++r)
+    for (size_t k = 0; k < per_rank[r].size(); k += n) {
+      const size_t end = std::min(per_rank[r].size(), k + n);
+      out.push_back(make_plan({per_rank[r].begin() + static_cast<std::ptrdiff_t>(k),
+                               per_rank[r].begin() + static_cast<std::ptrdiff_t>(end)}));
+      ranks.push_back(r);
+    }
+  return out;
+}
+
 std::optional<TrainStep> BatchStream::next_step() {
   const size_t want = static_cast<size_t>(options_.world_size * options_.micro_batches_per_step);
   while (!finished_) {
@@ -220,10 +250,17 @@ std::optional<TrainStep> BatchStream::next_step() {
     TrainStep s;
     if (!plans.empty()) {
       const int W = options_.world_size;
-      std::vector<int64_t> tokens;
-      for (const auto& p : plans) tokens.push_back(p.tokens);
-      const auto ranks = assign_ranks(tokens, W, options_.batching == BatchMode::kPack);
-      const size_t per_rank = (plans.size() + W - 1) / W;
+      std::vector<int> ranks;
+      if (options_.batching == BatchMode::kFlatten && W > 1 && options_.balance_ranks) {
+        plans = balance_across_ranks(std::move(plans), ranks);
+      } else {
+        std::vector<int64_t> tokens;
+        for (const auto& p : plans) tokens.push_back(p.tokens);
+        ranks = assign_ranks(tokens, W, options_.batching == BatchMode::kPack);
+      }
+      std::vector<size_t> on_rank(W, 0);
+      for (int r : ranks) ++on_rank[r];
+      const size_t per_rank = *std::max_element(on_rank.begin(), on_rank.end());
       s.rank_tokens.assign(W, 0);
       for (size_t j = 0; j < plans.size(); ++j) {
         s.rank_tokens[ranks[j]] += plans[j].tokens;

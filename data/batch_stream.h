@@ -83,6 +83,7 @@ class BatchStream {
   bool load_window(bool account);
   MicroBatchPlan make_plan(std::vector<std::shared_ptr<const ProcessedExample>> examples) const;
   PackedBatch build(const MicroBatchPlan& plan) const;
+  std::vector<MicroBatchPlan> balance_across_ranks(std::vector<MicroBatchPlan> plans, std::vector<int>& ranks) const;
 
   const DataOptions& options_;
   const ExampleSource& source_;

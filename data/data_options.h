@@ -58,6 +58,11 @@ struct DataOptions {
   // Batching.
   BatchMode batching = BatchMode::kFlatten;
   int64_t examples_per_micro_batch = 8;  // flatten, pad
+  // flatten with several ranks: deal the step's examples to the ranks so that
+  // their token counts match (largest first onto the lightest rank, the same
+  // number of examples each). The step's examples, and so its loss and gradient,
+  // do not change; only which rank computes which. false: consecutive groups.
+  bool balance_ranks = true;
   int64_t max_tokens = 0;                // pack: token budget per micro-batch (required there)
   int64_t shuffle_window = 4096;         // pack: examples best-fit-decreasing sees at once
   bool shuffle = true;                   // a seeded permutation of the epoch

@@ -40,7 +40,10 @@ BatchingReport summarize(BatchMode mode, const std::vector<MicroBatchSummary>& m
     step_sup_sum += static_cast<double>(step_sup);
     r.tokens_per_step_min = full_steps == 1 ? step_tokens : std::min(r.tokens_per_step_min, step_tokens);
     r.tokens_per_step_max = std::max(r.tokens_per_step_max, step_tokens);
-    const auto rank = assign_ranks(tokens, o.world_size, mode == BatchMode::kPack);
+    // The planner's ranks where it decided them (flatten, balanced), else as BatchStream assigns them.
+    std::vector<int> rank = assign_ranks(tokens, o.world_size, mode == BatchMode::kPack);
+    for (size_t j = s; j < e; ++j)
+      if (mbs[j].rank >= 0) rank[j - s] = mbs[j].rank;
     std::vector<int64_t> load(o.world_size, 0);
     for (size_t j = 0; j < tokens.size(); ++j) load[rank[j]] += tokens[j];
     const double mean = static_cast<double>(step_tokens) / o.world_size;

@@ -34,6 +34,41 @@ std::vector<MicroBatchSummary> plan_fixed(const std::vector<ExampleSummary>& ite
   return out;
 }
 
+// Flatten with balance_ranks and several ranks, as BatchStream deals a step:
+// the step's examples (world x micro_batches_per_step groups of n) go to the
+// ranks by length, each rank's cut into micro-batches of n in stream order.
+std::vector<MicroBatchSummary> plan_flatten_balanced(const std::vector<ExampleSummary>& items, const DataOptions& o) {
+  const int W = o.world_size;
+  const size_t n = static_cast<size_t>(o.examples_per_micro_batch);
+  const size_t per_step = n * static_cast<size_t>(W * o.micro_batches_per_step);
+  std::vector<const ExampleSummary*> trained;
+  for (const ExampleSummary& it : items)
+    if (it.trained) trained.push_back(&it);
+  std::vector<MicroBatchSummary> out;
+  for (size_t start = 0; start < trained.size(); start += per_step) {
+    const size_t end = std::min(trained.size(), start + per_step);
+    std::vector<int64_t> lengths;
+    for (size_t i = start; i < end; ++i) lengths.push_back(trained[i]->length);
+    const std::vector<int> rank_of = assign_ranks(lengths, W, /*balance=*/true);
+    for (int r = 0; r < W; ++r) {
+      MicroBatchSummary mb;
+      size_t count = 0;
+      for (size_t i = 0; i < lengths.size(); ++i) {
+        if (rank_of[i] != r) continue;
+        mb.tokens += trained[start + i]->length;
+        mb.supervised += trained[start + i]->supervised;
+        mb.rank = r;
+        if (++count % n == 0) {
+          out.push_back(mb);
+          mb = MicroBatchSummary{};
+        }
+      }
+      if (count % n != 0) out.push_back(mb);
+    }
+  }
+  return out;
+}
+
 std::vector<MicroBatchSummary> plan_pack(const std::vector<ExampleSummary>& items, const DataOptions& o,
                                          int64_t epoch) {
   std::vector<MicroBatchSummary> out;
@@ -63,6 +98,7 @@ std::vector<MicroBatchSummary> plan_pack(const std::vector<ExampleSummary>& item
 std::vector<MicroBatchSummary> plan_epoch(const std::vector<ExampleSummary>& items, BatchMode mode,
                                           const DataOptions& o, int64_t epoch) {
   if (mode == BatchMode::kPack) return plan_pack(items, o, epoch);
+  if (mode == BatchMode::kFlatten && o.world_size > 1 && o.balance_ranks) return plan_flatten_balanced(items, o);
   return plan_fixed(items, o.examples_per_micro_batch, mode == BatchMode::kPad);
 }
 

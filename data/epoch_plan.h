@@ -22,6 +22,7 @@ struct MicroBatchSummary {
   int64_t tokens = 0;  // padding included
   int64_t padding = 0;
   int64_t supervised = 0;
+  int rank = -1;  // set where the planner decides it (flatten balanced across ranks)
 };
 
 // `items` in the epoch's stream order.

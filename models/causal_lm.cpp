@@ -127,9 +127,11 @@ at::Tensor CausalLM::hidden_states(const PackedInput& in) const {
   const attention::VarlenSpec spec = attention_spec(in);
   const RotaryTables rope = rotary_tables(inv_freq_, in.position_ids, embed.scalar_type());
 
+  if (before_stage_) before_stage_(-1);
   at::Tensor x = at::embedding(embed, in.input_ids);  // [T, hidden]
   if (config_.embedding_multiplier != 1.0) x = x * config_.embedding_multiplier;
   for (int64_t layer = 0; layer < config_.num_hidden_layers; ++layer) {
+    if (before_stage_) before_stage_(layer);
     if (layer_runner_) {
       x = layer_runner_(layer, x, [this, layer, rope, spec](const at::Tensor& h) {
         return decoder_layer(layer, h, rope, spec);
@@ -138,6 +140,7 @@ at::Tensor CausalLM::hidden_states(const PackedInput& in) const {
       x = decoder_layer(layer, x, rope, spec);
     }
   }
+  if (before_stage_) before_stage_(config_.num_hidden_layers);
   return rms_norm(x, weight("model.norm.weight"), config_.rms_norm_eps);
 }
 

@@ -73,6 +73,12 @@ class CausalLM {
   using LayerFn = std::function<at::Tensor(const at::Tensor& hidden)>;
   using LayerRunner = std::function<at::Tensor(int64_t layer, const at::Tensor& hidden, const LayerFn& run)>;
   void set_layer_runner(LayerRunner runner) { layer_runner_ = std::move(runner); }
+  // Called in the forward before the parameters of a stage are first read:
+  // stage -1 the embedding, 0..L-1 decoder layer l (not again when activation
+  // checkpointing recomputes it), L the final norm and the head. Data
+  // parallelism waits there for the all-gather of those weights.
+  using BeforeStage = std::function<void(int64_t stage)>;
+  void set_before_stage(BeforeStage hook) { before_stage_ = std::move(hook); }
 
  private:
   const at::Tensor& weight(const std::string& name) const;
@@ -90,6 +96,7 @@ class CausalLM {
   attention::Backend backend_;
   at::Tensor inv_freq_;  // RoPE inverse frequencies, fp32 on the parameters' device
   LayerRunner layer_runner_;
+  BeforeStage before_stage_;
   LossOptions loss_options_;
 };
 

@@ -129,8 +129,10 @@ void AdamW::step(double lr, CommClock* clock) {
                      accum_active_ ? accum_ : at::Tensor(), coef_pending_ ? coef_ : at::Tensor(), h);
   } else {
     // Slice by slice (one per bucket), each all-gathered as soon as it is
-    // updated, so that the gathers overlap the remaining updates.
-    std::vector<distributed::Pending> gathers;
+    // updated, so that the gathers overlap the remaining updates (and, waited
+    // for bucket by bucket, the next forward).
+    wait_for_all_weights();
+    clock_ = clock;
     const auto& buckets = flat_->layout().buckets();
     for (const Range& r : ranges_) {
       auto slice = [&](const at::Tensor& t, int64_t at) { return t.defined() ? t.narrow(0, at, r.numel) : t; };
@@ -138,14 +140,21 @@ void AdamW::step(double lr, CommClock* clock) {
                        slice(exp_avg_sq_, r.local), slice(flat_->grads(), r.flat), at::Tensor(),
                        coef_pending_ ? coef_ : at::Tensor(), h);
       const FlatBucket& b = buckets[r.bucket];
-      gathers.push_back(dp_.comm->all_gather(flat_->weights().narrow(0, r.flat, r.numel),
-                                             flat_->weights().narrow(0, b.offset, b.size)));
+      gathers_.push_back({b.offset, dp_.comm->all_gather(flat_->weights().narrow(0, r.flat, r.numel),
+                                                         flat_->weights().narrow(0, b.offset, b.size))});
     }
-    if (clock) clock->before_wait();
-    for (auto& g : gathers) g.wait();
-    if (clock) clock->after_wait();
   }
   zero_grad();
+}
+
+void AdamW::wait_for_weights(int64_t end) {
+  if (gathers_.empty() || gathers_.front().begin >= end) return;
+  if (clock_) clock_->before_wait();
+  while (!gathers_.empty() && gathers_.front().begin < end) {
+    gathers_.front().work.wait();
+    gathers_.pop_front();
+  }
+  if (clock_) clock_->after_wait();
 }
 
 void AdamW::zero_grad() {

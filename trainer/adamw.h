@@ -25,6 +25,8 @@
 
 #include <ATen/ATen.h>
 
+#include <deque>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,9 +70,17 @@ class AdamW {
   // step() applies no further scaling. The trainer uses grad_norm().
   at::Tensor clip_grad_norm(double max_norm);
 
-  // One update with learning rate `lr`, then zero_grad(). With sharding, the
-  // wait for the weights' all-gather is bracketed by `clock` when given.
+  // One update with learning rate `lr`, then zero_grad(). With sharding, each
+  // bucket's slice is all-gathered as soon as it is updated and nothing waits
+  // for the gathers here: the next forward waits for each bucket just before it
+  // reads it (wait_for_weights), so the gathers overlap the remaining updates and
+  // the next step's first layers. Waits are bracketed by `clock` when given.
   void step(double lr, CommClock* clock = nullptr);
+  // Makes the current stream wait for the pending all-gathers of every bucket
+  // that starts before flat element `end` (all of them: wait_for_all_weights).
+  // Anything that reads the weights after step() must call one of them.
+  void wait_for_weights(int64_t end);
+  void wait_for_all_weights() { wait_for_weights(std::numeric_limits<int64_t>::max()); }
   // Zeroes the gradient buffer (one memset; the .grad views stay) and the fp32
   // accumulator if in use, and forgets a pending clip coefficient.
   void zero_grad();
@@ -110,6 +120,13 @@ class AdamW {
     int64_t flat, local, numel;
   };
   void all_gather_weights(const std::vector<size_t>& buckets);
+
+  struct PendingGather {
+    int64_t begin;  // the bucket's first flat element
+    distributed::Pending work;
+  };
+  std::deque<PendingGather> gathers_;  // in flat order
+  CommClock* clock_ = nullptr;
 
   std::vector<std::string> names_;
   OptimizerSection options_;

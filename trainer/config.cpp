@@ -334,6 +334,10 @@ const std::vector<KeyDef>& key_defs() {
               MEMBER(batching.max_tokens), 1, std::numeric_limits<int64_t>::max(), /*omit_zero=*/true);
     t.integer("batching.grad_accumulation", "micro-batches per optimizer step", MEMBER(batching.grad_accumulation),
               1);
+    t.boolean("batching.balance_ranks",
+              "flatten with several ranks: deal each step's examples to the ranks so their token counts match (the "
+              "step's examples and loss do not change); false: consecutive groups",
+              MEMBER(batching.balance_ranks));
     // optimizer
     t.number("optimizer.lr", "peak learning rate", MEMBER(optimizer.lr), 0.0, 10.0, /*lo_open=*/true);
     t.custom(

@@ -56,6 +56,7 @@ struct BatchingSection {
   int64_t examples_per_micro_batch = data_defaults().examples_per_micro_batch;  // flatten and pad
   int64_t max_tokens = data_defaults().max_tokens;  // pack: token budget per micro-batch (required there)
   int64_t grad_accumulation = 1;                     // micro-batches per optimizer step
+  bool balance_ranks = data_defaults().balance_ranks;  // flatten, several ranks: deal examples by tokens
 };
 
 struct OptimizerSection {

@@ -81,6 +81,7 @@ data::DataOptions make_data_options(const TrainConfig& c, bool eval, int rank, i
   o.pad_id = c.data.pad_id;
   o.batching = c.batching.mode;
   o.examples_per_micro_batch = c.batching.examples_per_micro_batch;
+  o.balance_ranks = c.batching.balance_ranks;
   o.max_tokens = c.batching.max_tokens;
   o.shuffle_window = c.data.shuffle_window;
   o.seed = c.training.seed;

@@ -2,6 +2,7 @@
 
 #include "data/data_pipeline.h"
 #include "models/checkpoint.h"
+#include "models/parameter_layout.h"
 #include "distributed/group.h"
 #include "trainer/adamw.h"
 #include "trainer/checkpoint_store.h"
@@ -28,7 +29,9 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <limits>
 #include <stdexcept>
+#include <unordered_map>
 
 namespace fptrain::trainer {
 namespace fs = std::filesystem;
@@ -37,6 +40,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string gib_text(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
 
 // One run per output_dir at a time: an advisory lock held while the run lives.
 class OutputDirLock {
@@ -78,6 +87,7 @@ class Run {
   void join_group(const distributed::LaunchEnv& env);
   std::optional<fs::path> agree_on_resume();
   void make_optimizer();
+  void wait_for_weights_stage_by_stage();
   fs::path save_together(TrainingState& state);
   nlohmann::json memory_per_rank() const;
   bool leader() const { return !group_ || group_->rank() == 0; }
@@ -317,16 +327,18 @@ void Run::set_up() {
                  total_steps_);
   if (group_) {
     const FlatLayout& l = optimizer_->flat().layout();
+    const nlohmann::json m = memory_per_rank();
     log::info("data parallel: " + std::to_string(world()) + " ranks (" + group_->comm().kind() + "), optimizer " +
               (optimizer_->sharded() ? "sharded (each rank: 1/" + std::to_string(world()) + " of masters and moments)"
                                      : std::string("replicated")) +
               ", " + std::to_string(l.buckets().size()) + " gradient buckets of ~" +
-              std::to_string(config_.distributed.bucket_mb) + " MiB; per rank " +
-              format_count(static_cast<double>(optimizer_->flat().weights().nbytes())) + "B weights, " +
-              format_count(static_cast<double>(optimizer_->flat().grads().nbytes())) + "B gradients, " +
-              format_count(static_cast<double>(optimizer_->exp_avg().nbytes() * 2 +
-                                               (optimizer_->master().defined() ? optimizer_->master().nbytes() : 0))) +
-              "B optimizer state");
+              std::to_string(config_.distributed.bucket_mb) + " MiB; per rank " + gib_text(m["weights_bytes"]) +
+              " weights, " + gib_text(m["gradients_bytes"]) + " gradients, " + gib_text(m["optimizer_state_bytes"]) +
+              " optimizer state");
+  }
+  if (device_.device.is_cuda()) {
+    const MemoryStats mem = memory_stats(device_.device);
+    log::info("device memory after set-up: " + gib_text(mem.peak_allocated_bytes) + " peak allocated");
   }
   if (resume_from_) log::info("resumed from " + resume_from_->string() + " at step " + std::to_string(step_));
 }
@@ -380,10 +392,35 @@ void Run::make_optimizer() {
     reducer_ = std::make_unique<GradReducer>(optimizer_->flat(), group_->comm(), optimizer_->sharded());
     comm_clock_ = std::make_unique<CommClock>(device_.device);
   }
+  if (optimizer_->sharded()) wait_for_weights_stage_by_stage();
+}
+
+// The forward waits for each bucket's all-gather (AdamW::step) just before the
+// first stage that reads it: the embedding, then layer by layer, then the head.
+void Run::wait_for_weights_stage_by_stage() {
+  const int64_t layers = model_.config.num_hidden_layers;
+  std::vector<int64_t> stage_end(static_cast<size_t>(layers + 2), 0);  // stage s at [s + 1]
+  std::unordered_map<std::string, int64_t> layer_of;
+  for (const models::ParameterInfo& p : models::parameter_layout(model_.config)) layer_of[p.name] = p.layer;
+  for (const FlatSegment& seg : optimizer_->flat().layout().segments()) {
+    const int64_t layer = layer_of.at(seg.name);
+    // Layer parameters belong to their layer; the others to the embedding
+    // stage when they come first in model order, else to the head.
+    const int64_t stage = layer >= 0 ? layer : (seg.offset == 0 ? -1 : layers);
+    auto& end = stage_end[static_cast<size_t>(stage + 1)];
+    end = std::max(end, seg.offset + seg.numel);
+  }
+  for (size_t s = 1; s < stage_end.size(); ++s) stage_end[s] = std::max(stage_end[s], stage_end[s - 1]);
+  AdamW* optimizer = optimizer_.get();
+  model_.model->set_before_stage([optimizer, stage_end](int64_t stage) {
+    optimizer->wait_for_weights(stage == static_cast<int64_t>(stage_end.size()) - 2 ? std::numeric_limits<int64_t>::max()
+                                                                                     : stage_end[static_cast<size_t>(stage + 1)]);
+  });
 }
 
 void Run::save() {
   metrics_->flush();  // a diverged loss stops here, before it overwrites a good checkpoint
+  optimizer_->wait_for_all_weights();
   const auto start = Clock::now();
   TrainingState state;
   state.step = step_;
@@ -460,6 +497,7 @@ fs::path Run::save_together(TrainingState& state) {
 
 void Run::run_eval() {
   if (config_.data.eval.empty()) return;
+  optimizer_->wait_for_all_weights();
   data::DataPipeline eval_data(make_data_options(config_, /*eval=*/true, rank(), world()), tokenizer_);
   // eval_max_batches caps the whole evaluation: each rank takes its share.
   const int64_t cap = config_.logging.eval_max_batches;
@@ -490,6 +528,7 @@ nlohmann::json Run::memory_per_rank() const {
 // asks for), summary.json and the closing log lines.
 TrainOutcome Run::finish(Stop stop, double wall_seconds) {
   profiler_->finish();
+  optimizer_->wait_for_all_weights();
   TrainOutcome outcome;
   if (stop == Stop::kDataEnded) {
     if (step_ == 0)
@@ -526,6 +565,13 @@ TrainOutcome Run::finish(Stop stop, double wall_seconds) {
   outcome.summary["dtype"] = models::dtype_name(model_.dtype);
   outcome.summary["attention"] = std::string(attention::backend_name(model_.backend));
   outcome.summary["memory_per_rank"] = memory_per_rank();
+  if (device_.device.is_cuda()) {
+    const nlohmann::json& m = outcome.summary["memory_per_rank"];
+    log::info("memory of this rank: " + gib_text(m["weights_bytes"]) + " weights, " + gib_text(m["gradients_bytes"]) +
+              " gradients, " + gib_text(m["optimizer_state_bytes"]) + " optimizer state, " +
+              gib_text(m["activations_and_workspace_peak_bytes"]) + " activations and workspace at the peak, " +
+              gib_text(m["outside_allocator_bytes"]) + " outside the allocator (CUDA context, NCCL)");
+  }
   if (last_checkpoint_) outcome.summary["checkpoint"] = last_checkpoint_->string();
   outcome.summary["data"] = cursor_.stats.to_json();  // every example read: used, truncated, dropped, skipped
   if (leader()) {

@@ -246,5 +246,66 @@ TEST(DataEpochs, PartialLastStepGivesEveryRankTheSameCount) {
   }
 }
 
+// Flatten with several ranks deals each step's examples by length: the same
+// examples make the step, every rank gets as many, and no rank carries more than
+// the lightest one plus the longest example of the step (greedy, largest first).
+TEST(DataParallelFlatten, RanksGetBalancedTokensAndTheSameExamples) {
+  TempDir dir;
+  const auto f = corpus(dir, 200, 7);
+  for (const bool balance : {true, false}) {
+    const int W = 4;
+    std::vector<std::vector<TrainStep>> per_rank;
+    for (int r = 0; r < W; ++r) {
+      auto o = testing::options_for(f);
+      o.examples_per_micro_batch = 3;
+      o.micro_batches_per_step = 2;
+      o.world_size = W;
+      o.rank = r;
+      o.balance_ranks = balance;
+      o.shuffle = true;
+      o.seed = 5;
+      DataPipeline p(o, testing::byte_tokenizer());
+      per_rank.push_back(testing::drain(p));
+    }
+    auto single = testing::options_for(f);
+    single.examples_per_micro_batch = 3;
+    single.micro_batches_per_step = 2 * W;
+    single.shuffle = true;
+    single.seed = 5;
+    DataPipeline one(single, testing::byte_tokenizer());
+    const auto reference = testing::drain(one);
+    ASSERT_EQ(per_rank[0].size(), reference.size());
+    double worst_balanced = 0;
+    for (size_t s = 0; s < reference.size(); ++s) {
+      std::multiset<std::string> expected, all;
+      for (const auto& mb : reference[s].micro_batches) {
+        auto k = example_keys(mb);
+        expected.insert(k.begin(), k.end());
+      }
+      std::vector<int64_t> tokens(W, 0), examples(W, 0);
+      int32_t longest = 0;
+      for (int r = 0; r < W; ++r)
+        for (const auto& mb : per_rank[r][s].micro_batches) {
+          auto k = example_keys(mb);
+          all.insert(k.begin(), k.end());
+          tokens[r] += mb.num_tokens;
+          examples[r] += mb.num_examples;
+          EXPECT_LE(mb.num_examples, 3);
+          for (size_t q = 0; q + 1 < mb.cu_seqlens.size(); ++q)
+            longest = std::max(longest, mb.cu_seqlens[q + 1] - mb.cu_seqlens[q]);
+        }
+      EXPECT_EQ(all, expected) << "step " << s;
+      EXPECT_EQ(per_rank[0][s].global_supervised, reference[s].global_supervised);
+      const auto [lo, hi] = std::minmax_element(tokens.begin(), tokens.end());
+      if (balance && expected.size() == static_cast<size_t>(2 * 3 * W)) {
+        for (int r = 0; r < W; ++r) EXPECT_EQ(examples[r], 6) << "step " << s;
+        EXPECT_LE(*hi - *lo, longest) << "step " << s;
+        worst_balanced = std::max(worst_balanced, static_cast<double>(*hi - *lo) / *hi);
+      }
+    }
+    if (balance) EXPECT_LT(worst_balanced, 0.5);
+  }
+}
+
 }  // namespace
 }  // namespace fptrain::data
