@@ -84,6 +84,7 @@ CausalLM::CausalLM(ModelConfig config, TensorMap parameters, attention::Backend 
     : config_(std::move(config)), params_(std::move(parameters)), backend_(backend) {
   check_parameters(config_, params_);
   inv_freq_ = rope_inv_freq(config_.rope, config_.head_dim).to(weight("model.embed_tokens.weight").device());
+  fused_ops_ = fused_cuda_kernels_available(parameters_device());
 }
 
 const at::Tensor& CausalLM::weight(const std::string& name) const {
@@ -141,8 +142,11 @@ at::Tensor CausalLM::hidden_states(const PackedInput& in) const {
     }
   }
   if (before_stage_) before_stage_(config_.num_hidden_layers);
+  if (fused_ops_) return fused_rms_norm(x, weight("model.norm.weight"), config_.rms_norm_eps, FusedPath::kCuda);
   return rms_norm(x, weight("model.norm.weight"), config_.rms_norm_eps);
 }
+
+at::Device CausalLM::parameters_device() const { return weight("model.embed_tokens.weight").device(); }
 
 at::Tensor CausalLM::decoder_layer(int64_t layer, const at::Tensor& x, const RotaryTables& rope,
                                    const attention::VarlenSpec& spec) const {
@@ -152,6 +156,14 @@ at::Tensor CausalLM::decoder_layer(int64_t layer, const at::Tensor& x, const Rot
     return config_.residual_multiplier != 1.0 ? residual + update * config_.residual_multiplier
                                               : residual + update;
   };
+  if (fused_ops_) {
+    const at::Tensor attended = self_attention(
+        p + "self_attn.", fused_rms_norm(x, weight(p + "input_layernorm.weight"), eps, FusedPath::kCuda), rope, spec);
+    // h = x + attended and its RMSNorm in one pass (h is saved for the backward: not modified).
+    const AddRmsNormOutput post = fused_add_rms_norm(x, attended, weight(p + "post_attention_layernorm.weight"), eps,
+                                                     config_.residual_multiplier, FusedPath::kCuda);
+    return residual_add(post.sum, mlp(p + "mlp.", post.normed));
+  }
   const at::Tensor attended = self_attention(
       p + "self_attn.", rms_norm(x, weight(p + "input_layernorm.weight"), eps), rope, spec);
   const at::Tensor h = residual_add(x, attended);
@@ -167,8 +179,15 @@ at::Tensor CausalLM::self_attention(const std::string& prefix, const at::Tensor&
     const std::string w = prefix + name;
     return at::linear(x, weight(w + ".weight"), bias(w + ".bias", b)).view({T, heads, D});
   };
-  const at::Tensor q = apply_rotary(project("q_proj", Hq), rope);
-  const at::Tensor k = apply_rotary(project("k_proj", Hkv), rope);
+  at::Tensor q, k;
+  if (fused_ops_) {
+    RotaryOutput qk = fused_rotary(project("q_proj", Hq), project("k_proj", Hkv), rope, FusedPath::kCuda);
+    q = std::move(qk.q);
+    k = std::move(qk.k);
+  } else {
+    q = apply_rotary(project("q_proj", Hq), rope);
+    k = apply_rotary(project("k_proj", Hkv), rope);
+  }
   const at::Tensor v = project("v_proj", Hkv);
   const at::Tensor out = attention::varlen_attention(q, k, v, spec, backend_);  // [T, Hq, D]
   return at::linear(out.reshape({T, Hq * D}), weight(prefix + "o_proj.weight"),
@@ -180,8 +199,8 @@ at::Tensor CausalLM::mlp(const std::string& prefix, const at::Tensor& x) const {
   const bool b = config_.mlp_bias;
   const at::Tensor gate = at::linear(x, weight(prefix + "gate_proj.weight"), bias(prefix + "gate_proj.bias", b));
   const at::Tensor up = at::linear(x, weight(prefix + "up_proj.weight"), bias(prefix + "up_proj.bias", b));
-  return at::linear(at::silu(gate) * up, weight(prefix + "down_proj.weight"),
-                    bias(prefix + "down_proj.bias", b));
+  const at::Tensor act = fused_ops_ ? fused_swiglu(gate, up, FusedPath::kCuda) : at::silu(gate) * up;
+  return at::linear(act, weight(prefix + "down_proj.weight"), bias(prefix + "down_proj.bias", b));
 }
 
 const at::Tensor& CausalLM::head_weight() const {

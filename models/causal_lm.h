@@ -3,6 +3,7 @@
 #pragma once
 
 #include "attention/varlen_attention.h"
+#include "models/fused_ops.h"
 #include "models/linear_cross_entropy.h"
 #include "models/model_config.h"
 #include "models/rope.h"
@@ -63,6 +64,11 @@ class CausalLM {
   LossOutput loss(const PackedInput& input, const at::Tensor& labels, const at::Tensor& labels_cpu = {}) const;
 
   void set_loss_options(LossOptions options) { loss_options_ = options; }
+  // The decoder's element-wise ops (RMSNorm with the residual add, RoPE, SwiGLU)
+  // through the fused CUDA kernels of models/fused_ops.h. On by default where
+  // they run (CUDA, sm_90); elsewhere, or off, the ATen composition below.
+  void set_fused_ops(bool on) { fused_ops_ = on && fused_cuda_kernels_available(parameters_device()); }
+  bool fused_ops() const { return fused_ops_; }
   const LossOptions& loss_options() const { return loss_options_; }
 
   // Optional wrapper around each decoder layer, used by the trainer for
@@ -95,6 +101,8 @@ class CausalLM {
   TensorMap params_;
   attention::Backend backend_;
   at::Tensor inv_freq_;  // RoPE inverse frequencies, fp32 on the parameters' device
+  at::Device parameters_device() const;
+  bool fused_ops_ = false;
   LayerRunner layer_runner_;
   BeforeStage before_stage_;
   LossOptions loss_options_;

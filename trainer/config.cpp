@@ -295,6 +295,10 @@ const std::vector<KeyDef>& key_defs() {
     t.choice<AttentionChoice>("model.attention",
                               "auto = hopper (our kernels) where they run, else torch-fa2, else reference",
                               MEMBER(model.attention));
+    t.boolean("model.fused_ops",
+              "RMSNorm with the residual add, RoPE and SwiGLU through fused CUDA kernels (forward and backward) where "
+              "they run (sm_90); false: ATen operations",
+              MEMBER(model.fused_ops));
     t.custom(
         "model.activation_checkpointing", "none | every_layer | every_<k> (recompute layers 0, k, 2k, ...)",
         [](auto& n, auto& c, auto& w) { c.model.activation_checkpointing = as_checkpointing(n, w); },

@@ -32,6 +32,8 @@ struct ModelSection {
   AttentionChoice attention = AttentionChoice::kAuto;
   // 0: off; 1: every decoder layer; k: every k-th layer (layers 0, k, 2k, ...).
   int64_t activation_checkpointing = 0;
+  // RMSNorm (with the residual add), RoPE and SwiGLU through fused CUDA kernels where they run.
+  bool fused_ops = true;
 };
 
 // The `data:` keys; they map one to one onto data::DataOptions.

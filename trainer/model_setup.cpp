@@ -52,6 +52,7 @@ LoadedModel open_model(const TrainConfig& config, const at::Device& device, cons
   if (trainable)
     for (auto& [name, t] : params) t.requires_grad_(true);
   m.model = std::make_unique<models::CausalLM>(m.config, std::move(params), m.backend);
+  m.model->set_fused_ops(config.model.fused_ops);
   set_activation_checkpointing(*m.model, config.model.activation_checkpointing);
   return m;
 }

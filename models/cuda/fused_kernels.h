@@ -1,0 +1,138 @@
+// The launch interface of the fused element-wise kernels of the decoder
+// (RMSNorm with the residual add, rotary embeddings, SwiGLU): raw pointers,
+// sizes and a stream. models/cuda/fused_ops_cuda.cpp checks the tensors,
+// allocates outputs and workspaces and calls these; models/fused_ops.cpp holds
+// the autograd Functions. Free of LibTorch, so the .cu files compile fast.
+//
+// Every kernel computes in fp32 and rounds to the tensor dtype exactly where
+// the ATen composition it replaces rounds (each ATen op on a 16-bit tensor
+// computes in fp32 and rounds its result), so forward results agree with the
+// reference to the tensor dtype's rounding. Strides are in elements; the last
+// dimension is always contiguous.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace fptrain::models::cuda {
+
+enum class Dtype { kFloat32, kBFloat16, kFloat16 };
+
+// ---- RMSNorm (models/cuda/rms_norm_kernels.cu) -------------------------------
+
+// Per row of `cols` elements (row stride = cols):
+//   with residual: s = residual + update * update_scale, rounded as ATen rounds
+//                  `residual + update * scale` (the product, then the sum);
+//                  written to sum_out.
+//   without:       s = x.
+//   rstd = rsqrt(mean(float(s)^2) + eps)           (fp32, written to rstd[row])
+//   y    = weight * dtype(float(s) * rstd)         (models/rms_norm.cpp's casts)
+struct RmsNormFwdArgs {
+  Dtype dtype = Dtype::kBFloat16;
+  const void* x = nullptr;       // the residual stream (with update) or the input
+  const void* update = nullptr;  // nullptr: the plain variant
+  const void* weight = nullptr;  // [cols]
+  void* sum_out = nullptr;       // with update: [rows, cols]
+  void* y = nullptr;             // [rows, cols]
+  float* rstd = nullptr;         // [rows], fp32; may be nullptr
+  int64_t rows = 0, cols = 0;
+  float eps = 1e-6f;
+  float update_scale = 1.0f;
+};
+void rms_norm_forward(const RmsNormFwdArgs& args, cudaStream_t stream);
+
+// Backward, for the normalised input s (the sum with a residual) and its saved rstd:
+//   g     = dtype(grad_y * weight)                          (autograd's rounding)
+//   ds    = dtype(g * rstd - s * rstd^3 * mean(g * s))      (fp32 inside)
+//   ds    = dtype(ds + grad_sum)                            (when grad_sum is given)
+//   grad_x = ds; grad_update = dtype(ds * update_scale)     (when grad_update is given)
+//   grad_weight = dtype(sum over rows of grad_y * dtype(s * rstd))   in fp32, in two
+//   stages: each block sums its rows into dw_partial[block], a second kernel sums
+//   the blocks in index order (deterministic for a device and shape).
+struct RmsNormBwdArgs {
+  Dtype dtype = Dtype::kBFloat16;
+  const void* s = nullptr;          // [rows, cols]
+  const void* weight = nullptr;     // [cols]
+  const float* rstd = nullptr;      // [rows]
+  const void* grad_y = nullptr;     // [rows, cols]
+  const void* grad_sum = nullptr;   // [rows, cols] or nullptr
+  void* grad_x = nullptr;           // [rows, cols]
+  void* grad_update = nullptr;      // [rows, cols] or nullptr
+  float update_scale = 1.0f;
+  void* grad_weight = nullptr;      // [cols] or nullptr (no weight gradient)
+  float* dw_partial = nullptr;      // [dw_blocks, cols] fp32 workspace (with grad_weight)
+  int64_t dw_blocks = 0;            // from rms_norm_backward_blocks
+  int64_t rows = 0, cols = 0;
+};
+// The number of blocks the backward runs (= rows of dw_partial) for these
+// arguments on the current device: the resident blocks of the whole GPU, at
+// most `rows`. Depends only on the device, dtype, cols and alignment.
+int64_t rms_norm_backward_blocks(const RmsNormBwdArgs& args);
+void rms_norm_backward(const RmsNormBwdArgs& args, cudaStream_t stream);
+
+// The longest row the RMSNorm kernels take: the backward keeps a row's
+// weight-gradient partial in shared memory (fp32) when rows exceed 1024 vectors.
+int64_t rms_norm_kernel_max_cols();
+
+// ---- rotary embeddings (models/cuda/rotary_kernels.cu) ----------------------
+
+// One tensor to rotate: in [tokens, heads, head_dim] with the given strides,
+// out contiguous [tokens, heads, head_dim]. out may equal in when in is contiguous.
+struct RotaryTensor {
+  const void* in = nullptr;
+  void* out = nullptr;
+  int64_t heads = 0;
+  int64_t stride_token = 0, stride_head = 0;  // of in
+};
+// transformers' rotate_half convention, with h = head_dim / 2, j < h:
+//   forward: out[j]   = dtype(dtype(x[j] * cos[j])     + dtype(-x[j+h] * sin[j]))
+//            out[j+h] = dtype(dtype(x[j+h] * cos[j+h]) + dtype(x[j] * sin[j+h]))
+//   inverse (the backward, the transposed rotation):
+//            out[j]   = dtype(dtype(x[j] * cos[j])     + dtype(x[j+h] * sin[j+h]))
+//            out[j+h] = dtype(dtype(x[j+h] * cos[j+h]) + dtype(-x[j] * sin[j]))
+// cos/sin: per token rows of head_dim elements in the tensors' dtype
+// (RotaryTables, broadcast over heads), row stride table_stride.
+struct RotaryArgs {
+  Dtype dtype = Dtype::kBFloat16;
+  RotaryTensor tensors[2];
+  int count = 0;  // 1 or 2 (q and k in one launch)
+  const void* cos = nullptr;
+  const void* sin = nullptr;
+  int64_t table_stride = 0;
+  int64_t tokens = 0, head_dim = 0;
+  bool inverse = false;
+};
+void rotary(const RotaryArgs& args, cudaStream_t stream);
+
+// ---- SwiGLU (models/cuda/swiglu_kernels.cu) ----------------------------------
+
+// out = dtype(dtype(silu(gate)) * up), silu(x) = x / (1 + exp(-x)) in fp32 (ATen's).
+// Rows of `cols` elements; each tensor has its own row stride, so gate and up
+// may be the two halves of one [rows, 2 * cols] projection.
+struct SwigluFwdArgs {
+  Dtype dtype = Dtype::kBFloat16;
+  const void* gate = nullptr;
+  const void* up = nullptr;
+  void* out = nullptr;
+  int64_t gate_stride = 0, up_stride = 0, out_stride = 0;
+  int64_t rows = 0, cols = 0;
+};
+void swiglu_forward(const SwigluFwdArgs& args, cudaStream_t stream);
+
+// As autograd differentiates silu(gate) * up:
+//   grad_up   = dtype(grad * dtype(silu(gate)))
+//   grad_gate = dtype(dtype(grad * up) * sig * (1 + gate * (1 - sig))),  sig = 1 / (1 + exp(-gate))
+struct SwigluBwdArgs {
+  Dtype dtype = Dtype::kBFloat16;
+  const void* grad = nullptr;
+  const void* gate = nullptr;
+  const void* up = nullptr;
+  void* grad_gate = nullptr;
+  void* grad_up = nullptr;
+  int64_t grad_stride = 0, gate_stride = 0, up_stride = 0, grad_gate_stride = 0, grad_up_stride = 0;
+  int64_t rows = 0, cols = 0;
+};
+void swiglu_backward(const SwigluBwdArgs& args, cudaStream_t stream);
+
+}  // namespace fptrain::models::cuda

@@ -1,0 +1,51 @@
+// The ATen side of the fused kernels (models/cuda/fused_kernels.h): the current
+// stream and device, outputs and workspaces, dtype mapping. Called by
+// models/fused_ops.cpp on tensors it has checked: CUDA, one dtype (fp32, bf16,
+// fp16), one device, 2-D or 3-D as stated, last dimension contiguous.
+// Compiled only with FPTRAIN_CUDA.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+
+namespace fptrain::models::cuda {
+
+// The kernels are compiled for sm_90a: true when `device` is an sm_90 GPU.
+bool device_supported(const at::Device& device);
+
+// The longest row the RMSNorm kernels take.
+int64_t rms_norm_max_cols();
+
+struct RmsNormForwardResult {
+  at::Tensor sum;   // x + update * scale, when update is given
+  at::Tensor y;     // the normalised, weighted output
+  at::Tensor rstd;  // fp32 [rows]
+};
+// x, update (optional): contiguous [rows, cols]; weight: contiguous [cols].
+RmsNormForwardResult rms_norm_forward(const at::Tensor& x, const at::Tensor& update, const at::Tensor& weight,
+                                      double eps, double update_scale);
+
+struct RmsNormBackwardResult {
+  at::Tensor grad_x, grad_update, grad_weight;  // grad_update is grad_x itself when the scale is 1
+};
+// s (the normalised input), grad_y, grad_sum (optional): contiguous [rows, cols].
+RmsNormBackwardResult rms_norm_backward(const at::Tensor& s, const at::Tensor& weight, const at::Tensor& rstd,
+                                        const at::Tensor& grad_y, const at::Tensor& grad_sum, bool want_update,
+                                        double update_scale, bool want_weight);
+
+// q [T, Hq, D], k [T, Hk, D] (either may be undefined; last dim contiguous),
+// cos/sin [T, D] rows (last dim contiguous). Returns contiguous rotated copies
+// (undefined for an undefined input); inverse = the transposed rotation.
+std::pair<at::Tensor, at::Tensor> rotary(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
+                                         const at::Tensor& sin, bool inverse);
+
+// gate, up: [rows, cols] with unit column stride (any row stride). Returns contiguous out.
+at::Tensor swiglu_forward(const at::Tensor& gate, const at::Tensor& up);
+// Writes grad_gate and grad_up ([rows, cols], unit column stride, any row
+// stride: they may be the two halves of one [rows, 2 * cols] tensor).
+void swiglu_backward(const at::Tensor& grad, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& grad_gate,
+                     const at::Tensor& grad_up);
+
+}  // namespace fptrain::models::cuda

@@ -1,0 +1,491 @@
+// The fused element-wise ops (see fused_ops.h): argument checks, the choice of
+// path, the autograd Functions, and the reference path in ATen. The kernels
+// are in models/cuda/ and only in builds with FPTRAIN_CUDA, which defines
+// FPTRAIN_MODELS_CUDA_KERNELS for this library.
+#include "models/fused_ops.h"
+
+#ifdef FPTRAIN_MODELS_CUDA_KERNELS
+#include "models/cuda/fused_ops_cuda.h"
+#endif
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace fptrain::models {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+std::string shape_text(at::IntArrayRef shape) {
+  std::ostringstream os;
+  os << shape;
+  return os.str();
+}
+
+// "" when the kernels can run on these tensors (undefined ones are skipped), else why not.
+std::string cuda_blocker(const std::vector<at::Tensor>& tensors) {
+  if (!fused_cuda_kernels_built()) return "the CUDA kernels are not in this build (FPTRAIN_CUDA=OFF)";
+  const at::Tensor& first = tensors.front();
+  if (!first.is_cuda()) return "the tensors are on " + first.device().str();
+  const at::ScalarType dtype = first.scalar_type();
+  if (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf) {
+    return std::string("dtype ") + c10::toString(dtype) + " (the kernels take float32, bfloat16, float16)";
+  }
+  for (const at::Tensor& t : tensors) {
+    if (!t.defined()) continue;
+    if (t.device() != first.device()) return "the tensors are on different devices";
+    if (t.scalar_type() != dtype) {
+      return std::string("the tensors have different dtypes (") + c10::toString(dtype) + " and " +
+             c10::toString(t.scalar_type()) + ")";
+    }
+  }
+  if (!fused_cuda_kernels_available(first.device())) return "device " + first.device().str() + " is not an sm_90 GPU";
+  return "";
+}
+
+bool use_cuda(FusedPath path, const std::string& blocker, const char* op) {
+  switch (path) {
+    case FusedPath::kReference: return false;
+    case FusedPath::kAuto: return blocker.empty();
+    case FusedPath::kCuda:
+      if (!blocker.empty()) throw std::invalid_argument(std::string(op) + ": the CUDA path does not apply: " + blocker);
+      return true;
+  }
+  throw std::invalid_argument(std::string(op) + ": unknown path");
+}
+
+#ifdef FPTRAIN_MODELS_CUDA_KERNELS
+constexpr bool kKernelsBuilt = true;
+
+// [rows, cols] view (or copy) with a unit column stride; row stride free.
+at::Tensor rows_of(const at::Tensor& t, int64_t cols) {
+  at::Tensor r = t.reshape({-1, cols});
+  if (r.stride(1) != 1 || (r.size(0) > 1 && r.stride(0) < cols)) r = r.contiguous();
+  return r;
+}
+#else
+constexpr bool kKernelsBuilt = false;
+// Never reached: use_cuda() is false without the kernels.
+[[noreturn]] void no_kernels() { throw std::logic_error("fused ops: the CUDA kernels are not in this build"); }
+#endif
+
+// ---- RMSNorm ------------------------------------------------------------------
+
+struct RmsNormGrads {
+  at::Tensor x, update, weight;
+};
+
+// The reference backward, in ATen, with the kernel's formulas and roundings.
+// s, grad_y, grad_sum [rows, H]; rstd [rows].
+RmsNormGrads reference_rms_norm_backward(const at::Tensor& s, const at::Tensor& weight, const at::Tensor& rstd,
+                                         const at::Tensor& grad_y, const at::Tensor& grad_sum, bool want_update,
+                                         double update_scale, bool want_weight) {
+  const at::ScalarType dtype = s.scalar_type();
+  const at::Tensor x32 = s.to(at::kFloat);
+  const at::Tensor r = rstd.view({-1, 1});
+  // autograd of weight * normalised.to(dtype): the normalised value's gradient
+  // is grad_y * weight in the dtype, widened by ToCopyBackward.
+  const at::Tensor g = (grad_y * weight).to(at::kFloat);
+  const at::Tensor dot = (g * x32).sum(-1, /*keepdim=*/true);
+  const at::Tensor coef = dot * r * r * r * (1.0 / static_cast<double>(s.size(-1)));
+  RmsNormGrads out;
+  out.x = (g * r - x32 * coef).to(dtype);
+  if (grad_sum.defined()) out.x = out.x + grad_sum;
+  if (want_update) out.update = update_scale != 1.0 ? out.x * update_scale : out.x;
+  if (want_weight) {
+    const at::Tensor normalised = (x32 * r).to(dtype).to(at::kFloat);
+    out.weight = (grad_y.to(at::kFloat) * normalised).sum(0).to(weight.scalar_type());
+  }
+  return out;
+}
+
+// The forward of both variants: sum (with an update) and normed, and the
+// fp32 rstd per row that the backward needs.
+struct RmsNormForward {
+  at::Tensor sum, normed, rstd;
+};
+
+RmsNormForward rms_norm_forward(const at::Tensor& x, const at::Tensor& update, const at::Tensor& weight, double eps,
+                                double update_scale, bool cuda) {
+  const bool has_update = update.defined();
+  RmsNormForward f;
+  if (cuda) {
+#ifdef FPTRAIN_MODELS_CUDA_KERNELS
+    const int64_t H = x.size(-1);
+    const auto r = cuda::rms_norm_forward(x.contiguous().view({-1, H}),
+                                          has_update ? update.contiguous().view({-1, H}) : at::Tensor(),
+                                          weight.contiguous(), eps, update_scale);
+    if (has_update) f.sum = r.sum.view(x.sizes());
+    f.normed = r.y.view(x.sizes());
+    f.rstd = r.rstd;
+#else
+    no_kernels();
+#endif
+  } else {
+    // Exactly CausalLM's residual add and models/rms_norm.cpp's operations.
+    if (has_update) f.sum = update_scale != 1.0 ? x + update * update_scale : x + update;
+    const at::Tensor& s = has_update ? f.sum : x;
+    const at::Tensor x32 = s.to(at::kFloat);
+    const at::Tensor variance = x32.pow(2).mean(-1, /*keepdim=*/true);
+    const at::Tensor r = at::rsqrt(variance + eps);
+    f.normed = weight * (x32 * r).to(s.scalar_type());
+    f.rstd = r.reshape({-1});
+  }
+  return f;
+}
+
+// The backward of both variants, for the normalised input s (x, or the sum).
+// grad_y undefined: the normalised output was not used.
+RmsNormGrads rms_norm_backward(const at::Tensor& s, const at::Tensor& weight, const at::Tensor& rstd,
+                               const at::Tensor& grad_y, const at::Tensor& grad_sum, bool want_update,
+                               double update_scale, bool want_weight, bool cuda) {
+  RmsNormGrads g;
+  if (!grad_y.defined()) {  // only the sum was used downstream
+    if (grad_sum.defined()) {
+      g.x = grad_sum;
+      if (want_update) g.update = update_scale != 1.0 ? grad_sum * update_scale : grad_sum;
+    }
+    return g;
+  }
+  const int64_t H = s.size(-1);
+  const at::Tensor s2 = s.contiguous().view({-1, H});
+  const at::Tensor gy2 = grad_y.contiguous().view({-1, H});
+  const at::Tensor gs2 = grad_sum.defined() ? grad_sum.contiguous().view({-1, H}) : at::Tensor();
+  if (cuda) {
+#ifdef FPTRAIN_MODELS_CUDA_KERNELS
+    const auto r = cuda::rms_norm_backward(s2, weight.contiguous(), rstd, gy2, gs2, want_update, update_scale,
+                                           want_weight);
+    g = {r.grad_x, r.grad_update, r.grad_weight};
+#else
+    no_kernels();
+#endif
+  } else {
+    g = reference_rms_norm_backward(s2, weight, rstd, gy2, gs2, want_update, update_scale, want_weight);
+  }
+  g.x = g.x.view(s.sizes());
+  if (g.update.defined()) g.update = g.update.view(s.sizes());
+  return g;
+}
+
+// Inputs x, weight. Output normed.
+class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight, double eps,
+                            bool cuda) {
+    const RmsNormForward f = rms_norm_forward(x, at::Tensor(), weight, eps, 1.0, cuda);
+    ctx->save_for_backward({x, weight, f.rstd});
+    ctx->saved_data["cuda"] = cuda;
+    return f.normed;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const RmsNormGrads g = rms_norm_backward(saved[0], saved[1], saved[2], grads[0], at::Tensor(), false, 1.0,
+                                             ctx->needs_input_grad(1), ctx->saved_data["cuda"].toBool());
+    return {g.x, g.weight, at::Tensor(), at::Tensor()};
+  }
+};
+
+// Inputs residual, update, weight. Outputs {sum, normed}.
+class AddRmsNormFunction : public torch::autograd::Function<AddRmsNormFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& residual, const at::Tensor& update,
+                               const at::Tensor& weight, double eps, double update_scale, bool cuda) {
+    ctx->set_materialize_grads(false);  // an unused output's gradient stays undefined, not zeros
+    const RmsNormForward f = rms_norm_forward(residual, update, weight, eps, update_scale, cuda);
+    ctx->save_for_backward({f.sum, weight, f.rstd});
+    ctx->saved_data["update_scale"] = update_scale;
+    ctx->saved_data["cuda"] = cuda;
+    return {f.sum, f.normed};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const RmsNormGrads g =
+        rms_norm_backward(saved[0], saved[1], saved[2], grads[1], grads[0], ctx->needs_input_grad(1),
+                          ctx->saved_data["update_scale"].toDouble(), ctx->needs_input_grad(2),
+                          ctx->saved_data["cuda"].toBool());
+    return {g.x, g.update, g.weight, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+void check_rms_norm_args(const char* op, const at::Tensor& x, const at::Tensor& weight) {
+  if (!x.defined() || x.dim() < 1 || !at::isFloatingType(x.scalar_type())) {
+    throw std::invalid_argument(std::string(op) + ": x must be a floating-point tensor [..., H]");
+  }
+  if (!weight.defined() || weight.dim() != 1 || weight.size(0) != x.size(-1) || weight.device() != x.device()) {
+    throw std::invalid_argument(std::string(op) + ": weight must be [H] = [" + std::to_string(x.size(-1)) +
+                                "] on " + x.device().str() + "; got " +
+                                (weight.defined() ? shape_text(weight.sizes()) + " on " + weight.device().str()
+                                                  : std::string("none")));
+  }
+}
+
+std::string rms_norm_blocker(const std::vector<at::Tensor>& tensors) {
+  std::string why = cuda_blocker(tensors);
+#ifdef FPTRAIN_MODELS_CUDA_KERNELS
+  if (why.empty() && tensors.front().size(-1) > cuda::rms_norm_max_cols()) {
+    why = "rows of " + std::to_string(tensors.front().size(-1)) + " elements (the kernels take at most " +
+          std::to_string(cuda::rms_norm_max_cols()) + ")";
+  }
+#endif
+  return why;
+}
+
+// ---- rotary embeddings --------------------------------------------------------
+
+// The transposed rotation, as autograd forms it through apply_rotary:
+// grad * cos + [(grad * sin)[h:], -(grad * sin)[:h]].
+at::Tensor reference_rotary_backward(const at::Tensor& grad, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t half = grad.size(-1) / 2;
+  const at::Tensor gs = grad * sin;
+  return grad * cos + at::cat({gs.narrow(-1, half, half), -gs.narrow(-1, 0, half)}, -1);
+}
+
+// Inputs q, k [T, H, D]; cos, sin [T, 1, D]. Outputs {q, k} rotated.
+class RotaryFunction : public torch::autograd::Function<RotaryFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
+                               const at::Tensor& sin, bool cuda) {
+    ctx->set_materialize_grads(false);
+    variable_list out(2);
+    if (cuda) {
+      std::tie(out[0], out[1]) = run_cuda(q, k, cos, sin, /*inverse=*/false);
+    } else {
+      const RotaryTables tables{cos, sin};
+      out[0] = apply_rotary(q, tables);
+      out[1] = apply_rotary(k, tables);
+    }
+    ctx->save_for_backward({cos, sin});
+    ctx->saved_data["cuda"] = cuda;
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const bool cuda = ctx->saved_data["cuda"].toBool();
+    variable_list out(5);
+    if (!grads[0].defined() && !grads[1].defined()) return out;
+    if (cuda) {
+      std::tie(out[0], out[1]) = run_cuda(grads[0], grads[1], saved[0], saved[1], /*inverse=*/true);
+    } else {
+      for (int i = 0; i < 2; ++i) {
+        if (grads[i].defined()) out[i] = reference_rotary_backward(grads[i], saved[0], saved[1]);
+      }
+    }
+    return out;
+  }
+
+ private:
+  static std::pair<at::Tensor, at::Tensor> run_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
+                                                    const at::Tensor& sin, bool inverse) {
+#ifdef FPTRAIN_MODELS_CUDA_KERNELS
+    auto unit_last = [](const at::Tensor& t) { return t.defined() && t.stride(-1) != 1 ? t.contiguous() : t; };
+    const int64_t D = cos.size(-1);
+    return cuda::rotary(unit_last(q), unit_last(k), cos.reshape({-1, D}).contiguous(),
+                        sin.reshape({-1, D}).contiguous(), inverse);
+#else
+    (void)q, (void)k, (void)cos, (void)sin, (void)inverse;
+    no_kernels();
+#endif
+  }
+};
+
+// ---- SwiGLU -------------------------------------------------------------------
+
+struct SwigluGrads {
+  at::Tensor gate, up;
+};
+
+// autograd of silu(gate) * up: grad_up = grad * silu(gate); grad_gate =
+// silu_backward(grad * up, gate).
+SwigluGrads reference_swiglu_backward(const at::Tensor& grad, const at::Tensor& gate, const at::Tensor& up) {
+  return {at::silu_backward(grad * up, gate), grad * at::silu(gate)};
+}
+
+class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up, bool cuda) {
+    at::Tensor out;
+    if (cuda) {
+#ifdef FPTRAIN_MODELS_CUDA_KERNELS
+      const int64_t I = gate.size(-1);
+      out = cuda::swiglu_forward(rows_of(gate, I), rows_of(up, I)).view(gate.sizes());
+#else
+      no_kernels();
+#endif
+    } else {
+      out = at::silu(gate) * up;
+    }
+    ctx->save_for_backward({gate, up});
+    ctx->saved_data["cuda"] = cuda;
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& gate = saved[0];
+    const at::Tensor& up = saved[1];
+    variable_list out(3);
+    if (!grads[0].defined()) return out;
+    if (ctx->saved_data["cuda"].toBool()) {
+#ifdef FPTRAIN_MODELS_CUDA_KERNELS
+      const int64_t I = gate.size(-1);
+      const at::Tensor grad_gate = at::empty(gate.sizes(), gate.options().memory_format(at::MemoryFormat::Contiguous));
+      const at::Tensor grad_up = at::empty(up.sizes(), up.options().memory_format(at::MemoryFormat::Contiguous));
+      cuda::swiglu_backward(rows_of(grads[0], I), rows_of(gate, I), rows_of(up, I), grad_gate.view({-1, I}),
+                            grad_up.view({-1, I}));
+      out[0] = grad_gate;
+      out[1] = grad_up;
+#else
+      no_kernels();
+#endif
+    } else {
+      const SwigluGrads g = reference_swiglu_backward(grads[0], gate, up);
+      out[0] = g.gate;
+      out[1] = g.up;
+    }
+    return out;
+  }
+};
+
+// gate_up [..., 2I]: gate = first half, up = second half.
+class SwigluPackedFunction : public torch::autograd::Function<SwigluPackedFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate_up, bool cuda) {
+    const int64_t I = gate_up.size(-1) / 2;
+    const at::Tensor gate = gate_up.narrow(-1, 0, I), up = gate_up.narrow(-1, I, I);
+    at::Tensor out;
+    if (cuda) {
+#ifdef FPTRAIN_MODELS_CUDA_KERNELS
+      out = cuda::swiglu_forward(rows_of(gate, I), rows_of(up, I)).view(gate.sizes());
+#else
+      no_kernels();
+#endif
+    } else {
+      out = at::silu(gate) * up;
+    }
+    ctx->save_for_backward({gate_up});
+    ctx->saved_data["cuda"] = cuda;
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const at::Tensor gate_up = ctx->get_saved_variables()[0];
+    const int64_t I = gate_up.size(-1) / 2;
+    const at::Tensor gate = gate_up.narrow(-1, 0, I), up = gate_up.narrow(-1, I, I);
+    variable_list out(2);
+    if (!grads[0].defined()) return out;
+    if (ctx->saved_data["cuda"].toBool()) {
+#ifdef FPTRAIN_MODELS_CUDA_KERNELS
+      const at::Tensor grad = at::empty(gate_up.sizes(), gate_up.options().memory_format(at::MemoryFormat::Contiguous));
+      const at::Tensor grad2 = grad.view({-1, 2 * I});
+      cuda::swiglu_backward(rows_of(grads[0], I), rows_of(gate, I), rows_of(up, I), grad2.narrow(1, 0, I),
+                            grad2.narrow(1, I, I));
+      out[0] = grad;
+#else
+      no_kernels();
+#endif
+    } else {
+      const SwigluGrads g = reference_swiglu_backward(grads[0], gate, up);
+      out[0] = at::cat({g.gate, g.up}, -1);
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+const char* fused_path_name(FusedPath path) {
+  switch (path) {
+    case FusedPath::kAuto: return "auto";
+    case FusedPath::kCuda: return "cuda";
+    case FusedPath::kReference: return "reference";
+  }
+  return "?";
+}
+
+FusedPath parse_fused_path(const std::string& name) {
+  if (name == "auto") return FusedPath::kAuto;
+  if (name == "cuda") return FusedPath::kCuda;
+  if (name == "reference") return FusedPath::kReference;
+  throw std::invalid_argument("fused ops: unknown path '" + name + "' (auto, cuda, reference)");
+}
+
+bool fused_cuda_kernels_built() { return kKernelsBuilt; }
+
+bool fused_cuda_kernels_available(const at::Device& device) {
+#ifdef FPTRAIN_MODELS_CUDA_KERNELS
+  return cuda::device_supported(device);
+#else
+  (void)device;
+  return false;
+#endif
+}
+
+at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, FusedPath path) {
+  check_rms_norm_args("fused_rms_norm", x, weight);
+  const bool cuda = use_cuda(path, rms_norm_blocker({x, weight}), "fused_rms_norm");
+  return RmsNormFunction::apply(x, weight, eps, cuda);
+}
+
+AddRmsNormOutput fused_add_rms_norm(const at::Tensor& residual, const at::Tensor& update, const at::Tensor& weight,
+                                    double eps, double update_scale, FusedPath path) {
+  check_rms_norm_args("fused_add_rms_norm", residual, weight);
+  if (!update.defined() || update.sizes() != residual.sizes() || update.device() != residual.device()) {
+    throw std::invalid_argument("fused_add_rms_norm: update must have the residual's shape " +
+                                shape_text(residual.sizes()) + " and device");
+  }
+  const bool cuda = use_cuda(path, rms_norm_blocker({residual, update, weight}), "fused_add_rms_norm");
+  const variable_list out = AddRmsNormFunction::apply(residual, update, weight, eps, update_scale, cuda);
+  return {out[0], out[1]};
+}
+
+RotaryOutput fused_rotary(const at::Tensor& q, const at::Tensor& k, const RotaryTables& tables, FusedPath path) {
+  auto fail = [](const std::string& what) { throw std::invalid_argument("fused_rotary: " + what); };
+  if (!q.defined() || !k.defined() || q.dim() != 3 || k.dim() != 3) fail("q and k must be [T, heads, head_dim]");
+  const int64_t T = q.size(0), D = q.size(2);
+  if (k.size(0) != T || k.size(2) != D) {
+    fail("q " + shape_text(q.sizes()) + " and k " + shape_text(k.sizes()) + " differ in tokens or head_dim");
+  }
+  if (D % 2 != 0) fail("head_dim must be even; got " + std::to_string(D));
+  at::Tensor cos = tables.cos, sin = tables.sin;
+  if (!cos.defined() || !sin.defined()) fail("the tables are missing");
+  if (cos.dim() == 2) cos = cos.unsqueeze(1);
+  if (sin.dim() == 2) sin = sin.unsqueeze(1);
+  const std::vector<int64_t> table_shape{T, 1, D};
+  if (cos.sizes() != at::IntArrayRef(table_shape) || sin.sizes() != at::IntArrayRef(table_shape)) {
+    fail("cos and sin must be [T, 1, head_dim] = " + shape_text(table_shape) + "; got " + shape_text(cos.sizes()) +
+         " and " + shape_text(sin.sizes()));
+  }
+  if (q.device() != k.device() || cos.device() != q.device() || sin.device() != q.device()) {
+    fail("q, k and the tables must be on one device");
+  }
+  const bool cuda = use_cuda(path, cuda_blocker({q, k, cos, sin}), "fused_rotary");
+  const variable_list out = RotaryFunction::apply(q, k, cos, sin, cuda);
+  return {out[0], out[1]};
+}
+
+at::Tensor fused_swiglu(const at::Tensor& gate, const at::Tensor& up, FusedPath path) {
+  if (!gate.defined() || !up.defined() || gate.dim() < 1 || gate.sizes() != up.sizes() ||
+      gate.device() != up.device()) {
+    throw std::invalid_argument("fused_swiglu: gate and up must be tensors of one shape [..., I] on one device");
+  }
+  const bool cuda = use_cuda(path, cuda_blocker({gate, up}), "fused_swiglu");
+  return SwigluFunction::apply(gate, up, cuda);
+}
+
+at::Tensor fused_swiglu_packed(const at::Tensor& gate_up, FusedPath path) {
+  if (!gate_up.defined() || gate_up.dim() < 1 || gate_up.size(-1) % 2 != 0) {
+    throw std::invalid_argument("fused_swiglu_packed: gate_up must be [..., 2I]");
+  }
+  const bool cuda = use_cuda(path, cuda_blocker({gate_up}), "fused_swiglu_packed");
+  return SwigluPackedFunction::apply(gate_up, cuda);
+}
+
+}  // namespace fptrain::models
