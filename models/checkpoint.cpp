@@ -166,10 +166,15 @@ class PinnedUploader {
     }
   }
 
-  // Returns a device tensor holding the entry's data, in the file's dtype.
+  // Returns a device tensor holding the entry's data, in the file's dtype. It
+  // is allocated in that dtype and shape and filled through a byte view: a
+  // tensor returned as a view of a byte buffer would keep that buffer alive as
+  // its autograd base even after the trainer moves the parameter into its flat
+  // buffer (Tensor::set_data), holding a second copy of every weight.
   at::Tensor upload(const SafetensorsFile& file, const SafetensorsEntry& e) {
     const int64_t n = static_cast<int64_t>(e.num_bytes());
-    at::Tensor raw = at::empty({n}, at::TensorOptions().dtype(at::kByte).device(device_));
+    at::Tensor out = at::empty(e.shape, at::TensorOptions().dtype(e.dtype).device(device_));
+    const at::Tensor raw = out.reshape({-1}).view(at::kByte);
     const c10::Stream stream = guard_.getStream(device_);
     for (int64_t off = 0; off < n; off += chunk_) {
       const int64_t len = std::min(chunk_, n - off);
@@ -180,7 +185,7 @@ class PinnedUploader {
       raw.narrow(0, off, len).copy_(buffers_[k].narrow(0, 0, len), /*non_blocking=*/true);
       events_[k]->record(stream);
     }
-    return raw.view(e.dtype).view(e.shape);
+    return out;
   }
 
   void finish() {
