@@ -156,18 +156,23 @@ at::Tensor CausalLM::decoder_layer(int64_t layer, const at::Tensor& x, const Rot
     return config_.residual_multiplier != 1.0 ? residual + update * config_.residual_multiplier
                                               : residual + update;
   };
+  // Captures by value: a recomputing runner calls it again during the backward.
+  auto run_mlp = [this, layer, p](const at::Tensor& normed) {
+    if (!mlp_runner_) return mlp(p + "mlp.", normed);
+    return mlp_runner_(layer, normed, [this, p](const at::Tensor& h) { return mlp(p + "mlp.", h); });
+  };
   if (fused_ops_) {
     const at::Tensor attended = self_attention(
         p + "self_attn.", fused_rms_norm(x, weight(p + "input_layernorm.weight"), eps, FusedPath::kCuda), rope, spec);
     // h = x + attended and its RMSNorm in one pass (h is saved for the backward: not modified).
     const AddRmsNormOutput post = fused_add_rms_norm(x, attended, weight(p + "post_attention_layernorm.weight"), eps,
                                                      config_.residual_multiplier, FusedPath::kCuda);
-    return residual_add(post.sum, mlp(p + "mlp.", post.normed));
+    return residual_add(post.sum, run_mlp(post.normed));
   }
   const at::Tensor attended = self_attention(
       p + "self_attn.", rms_norm(x, weight(p + "input_layernorm.weight"), eps), rope, spec);
   const at::Tensor h = residual_add(x, attended);
-  return residual_add(h, mlp(p + "mlp.", rms_norm(h, weight(p + "post_attention_layernorm.weight"), eps)));
+  return residual_add(h, run_mlp(rms_norm(h, weight(p + "post_attention_layernorm.weight"), eps)));
 }
 
 at::Tensor CausalLM::self_attention(const std::string& prefix, const at::Tensor& x,

@@ -79,6 +79,9 @@ class CausalLM {
   using LayerFn = std::function<at::Tensor(const at::Tensor& hidden)>;
   using LayerRunner = std::function<at::Tensor(int64_t layer, const at::Tensor& hidden, const LayerFn& run)>;
   void set_layer_runner(LayerRunner runner) { layer_runner_ = std::move(runner); }
+  // The same for the MLP block of a layer (hidden = its normed input, the result
+  // is added to the residual stream): selective activation checkpointing.
+  void set_mlp_runner(LayerRunner runner) { mlp_runner_ = std::move(runner); }
   // Called in the forward before the parameters of a stage are first read:
   // stage -1 the embedding, 0..L-1 decoder layer l (not again when activation
   // checkpointing recomputes it), L the final norm and the head. Data
@@ -104,6 +107,7 @@ class CausalLM {
   at::Device parameters_device() const;
   bool fused_ops_ = false;
   LayerRunner layer_runner_;
+  LayerRunner mlp_runner_;
   BeforeStage before_stage_;
   LossOptions loss_options_;
 };

@@ -1,5 +1,7 @@
 #include "trainer/activation_checkpointing.h"
 
+#include <cstdio>
+
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -43,6 +45,34 @@ struct RecomputeLayer : torch::autograd::Function<RecomputeLayer> {
 };
 
 }  // namespace
+
+AutoCheckpointing::AutoCheckpointing(int64_t layers, int64_t hidden, int64_t q, int64_t kv, int64_t intermediate,
+                                     int64_t dtype_bytes, int64_t free_bytes)
+    : free_(free_bytes) {
+  const double b = static_cast<double>(dtype_bytes), L = static_cast<double>(layers);
+  const double attention = b * static_cast<double>(3 * hidden + 3 * q + 4 * kv);
+  const double mlp = b * static_cast<double>(2 * hidden + 3 * intermediate);
+  const double budget = (static_cast<double>(free_bytes) - 2.0 * (1 << 30)) / 1.2;
+  auto max_tokens = [&](double per_token) { return budget > 0 ? static_cast<int64_t>(budget / per_token) : 0; };
+  none_max_ = max_tokens(L * (attention + mlp));
+  selective_max_ = max_tokens(L * (attention + b * static_cast<double>(hidden)));
+}
+
+int64_t AutoCheckpointing::choose(int64_t tokens) const {
+  if (tokens <= none_max_) return 0;
+  if (tokens <= selective_max_) return kSelective;
+  return 1;
+}
+
+std::string AutoCheckpointing::describe() const {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "activation checkpointing auto: %.1f GiB free after set-up; micro-batches of up to %lld tokens run "
+                "without it, up to %lld with selective (MLPs recomputed), larger ones recompute every layer",
+                static_cast<double>(free_) / (1 << 30), static_cast<long long>(none_max_),
+                static_cast<long long>(selective_max_));
+  return buf;
+}
 
 at::Tensor checkpointed_layer(const at::Tensor& hidden, LayerFunction run, const std::vector<at::Tensor>& params) {
   auto closure = c10::make_intrusive<LayerClosure>();

@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace fptrain::trainer {
@@ -17,6 +18,32 @@ using LayerFunction = std::function<at::Tensor(const at::Tensor& hidden)>;
 // (the leaf tensors `run` reads), storing only `hidden` for the backward pass.
 // `run` is called again during backward, so it must capture what it needs by value.
 at::Tensor checkpointed_layer(const at::Tensor& hidden, LayerFunction run, const std::vector<at::Tensor>& params);
+
+// model.activation_checkpointing: auto. What a micro-batch of T tokens keeps for
+// the backward, estimated per mode from the model's shapes (bytes per token and
+// layer, b = bytes of the dtype; Q = heads x head_dim, KV = kv heads x head_dim):
+//   attention block  b (3H + 3Q + 4KV)   norm input and output, q k v, rotated q k, output
+//   MLP block        b (2H + 3I)          residual, norm output, gate, up, their product
+//   none             T L (attention + MLP)
+//   selective        T L (attention + b H)        the MLP's input only; the MLP is recomputed
+//   every layer      T L b H + T (attention + MLP) layer inputs, one layer recomputed at a time
+// plus 2 GiB for the head (chunked cross-entropy) and workspaces, and 20% for
+// what the estimate misses. The cheapest mode that fits the device memory free
+// after set-up is taken, per micro-batch.
+class AutoCheckpointing {
+ public:
+  AutoCheckpointing(int64_t layers, int64_t hidden, int64_t q, int64_t kv, int64_t intermediate, int64_t dtype_bytes,
+                    int64_t free_bytes);
+  // 0 (none), kSelective or 1 (every layer) for a micro-batch of `tokens`.
+  static constexpr int64_t kSelective = -1;
+  int64_t choose(int64_t tokens) const;
+  int64_t none_max_tokens() const { return none_max_; }
+  int64_t selective_max_tokens() const { return selective_max_; }
+  std::string describe() const;
+
+ private:
+  int64_t free_ = 0, none_max_ = 0, selective_max_ = 0;
+};
 
 // Layer i is checkpointed when every_k > 0 and i % every_k == 0.
 inline bool is_checkpointed_layer(int64_t layer, int64_t every_k) { return every_k > 0 && layer % every_k == 0; }

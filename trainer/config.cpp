@@ -203,6 +203,8 @@ int64_t as_checkpointing(const YAML::Node& node, const Where& w) {
     std::string s = node.Scalar();
     if (s == "none" || s == "false" || s == "off" || s == "0") return 0;
     if (s == "every_layer" || s == "true" || s == "on" || s == "all") return 1;
+    if (s == "selective") return kCheckpointSelective;
+    if (s == "auto") return kCheckpointAuto;
     if (s.rfind("every_", 0) == 0) s = s.substr(6);
     try {
       size_t used = 0;
@@ -211,7 +213,7 @@ int64_t as_checkpointing(const YAML::Node& node, const Where& w) {
     } catch (const std::exception&) {
     }
   }
-  fail(w, "expected none, every_layer, every_<k> or an integer k >= 0, got " + scalar_text(node));
+  fail(w, "expected auto, none, selective, every_layer, every_<k> or an integer k >= 0, got " + scalar_text(node));
 }
 
 std::string as_device(const YAML::Node& node, const Where& w) {
@@ -300,9 +302,12 @@ const std::vector<KeyDef>& key_defs() {
               "they run (sm_90); false: ATen operations",
               MEMBER(model.fused_ops));
     t.custom(
-        "model.activation_checkpointing", "none | every_layer | every_<k> (recompute layers 0, k, 2k, ...)",
+        "model.activation_checkpointing",
+        "auto | none | selective | every_layer | every_<k>: auto picks none, selective (keep attention "
+        "activations, recompute the MLPs) or every layer for each micro-batch from its size and the free device "
+        "memory; every_<k> recomputes layers 0, k, 2k, ...",
         [](auto& n, auto& c, auto& w) { c.model.activation_checkpointing = as_checkpointing(n, w); },
-        [](TrainConfig& c) { return YAML::Node(c.model.activation_checkpointing); });
+        [](TrainConfig& c) { return YAML::Node(checkpointing_name(c.model.activation_checkpointing)); });
     // data
     t.custom("data.train", "training JSONL: a path, or a list of paths or {path, weight, format}",
              [](auto& n, auto& c, auto& w) { c.data.train = as_data_files(n, w); },

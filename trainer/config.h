@@ -26,12 +26,24 @@ enum class AttentionChoice { kAuto, kHopper, kTorchFA2, kReference };
 enum class LrDecay { kCosine, kLinear, kConstant };
 enum class ShardOptimizer { kAuto, kOn, kOff };
 
+// model.activation_checkpointing: k > 0 every k-th layer, 0 none, or these.
+inline constexpr int64_t kCheckpointSelective = -1;  // keep attention activations, recompute the MLPs
+inline constexpr int64_t kCheckpointAuto = -2;       // per micro-batch, from its size and the free memory
+// The YAML spelling of a setting: auto, selective, none, every_layer, every_<k>.
+inline std::string checkpointing_name(int64_t setting) {
+  if (setting == kCheckpointAuto) return "auto";
+  if (setting == kCheckpointSelective) return "selective";
+  if (setting == 0) return "none";
+  if (setting == 1) return "every_layer";
+  return "every_" + std::to_string(setting);
+}
+
 struct ModelSection {
   std::string path;  // Hugging Face model directory
   ModelDtype dtype = ModelDtype::kAuto;
   AttentionChoice attention = AttentionChoice::kAuto;
   // 0: off; 1: every decoder layer; k: every k-th layer (layers 0, k, 2k, ...).
-  int64_t activation_checkpointing = 0;
+  int64_t activation_checkpointing = kCheckpointAuto;
   // RMSNorm (with the residual add), RoPE and SwiGLU through fused CUDA kernels where they run.
   bool fused_ops = true;
 };

@@ -78,6 +78,17 @@ int64_t memory_outside_allocator(const at::Device& device) {
   return std::max<int64_t>(0, static_cast<int64_t>(total_bytes - free_bytes) - reserved);
 }
 
+int64_t memory_available(const at::Device& device) {
+  if (!device.is_cuda()) return 0;
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) return 0;
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+  using Agg = c10::CachingAllocator::StatType;
+  const int64_t cached = stats.reserved_bytes[static_cast<size_t>(Agg::AGGREGATE)].current -
+                         stats.allocated_bytes[static_cast<size_t>(Agg::AGGREGATE)].current;
+  return static_cast<int64_t>(free_bytes) + std::max<int64_t>(0, cached);
+}
+
 MemoryStats memory_stats(const at::Device& device) {
   MemoryStats m;
   if (device.is_cuda()) {

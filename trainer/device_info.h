@@ -34,5 +34,8 @@ MemoryStats memory_stats(const at::Device& device);
 // Device memory in use by this process outside the caching allocator (CUDA
 // context, NCCL's buffers, cuBLAS workspaces): used - reserved. 0 on the CPU.
 int64_t memory_outside_allocator(const at::Device& device);
+// Device memory a new allocation can still get: free on the device plus what the
+// caching allocator holds unused. 0 on the CPU.
+int64_t memory_available(const at::Device& device);
 
 }  // namespace fptrain::trainer

@@ -282,7 +282,7 @@ void log_run_banner(const TrainConfig& config, const models::ModelConfig& mc, co
   log::info("device " + device.name + " | dtype " + models::dtype_name(dtype) + " | attention " +
             std::string(attention::backend_name(backend)) + " | AdamW " +
             (master_weights ? "with fp32 master weights" : "in " + models::dtype_name(dtype)) +
-            (every > 0 ? " | activation checkpointing every " + std::to_string(every) + " layer(s)" : ""));
+            (every != 0 ? " | activation checkpointing " + checkpointing_name(every) : std::string()));
   const bool pack = config.batching.mode == data::BatchMode::kPack;
   log::info("batching " + std::string(common::enum_name(config.batching.mode)) + " | " +
             (pack ? std::to_string(config.batching.max_tokens) + " tokens"

@@ -53,7 +53,7 @@ LoadedModel open_model(const TrainConfig& config, const at::Device& device, cons
     for (auto& [name, t] : params) t.requires_grad_(true);
   m.model = std::make_unique<models::CausalLM>(m.config, std::move(params), m.backend);
   m.model->set_fused_ops(config.model.fused_ops);
-  set_activation_checkpointing(*m.model, config.model.activation_checkpointing);
+  m.checkpointing = set_activation_checkpointing(*m.model, config.model.activation_checkpointing);
   return m;
 }
 
@@ -102,20 +102,35 @@ data::DataOptions make_data_options(const TrainConfig& c, bool eval, int rank, i
   return o;
 }
 
-void set_activation_checkpointing(models::CausalLM& model, int64_t every_k) {
-  if (every_k <= 0) {
-    model.set_layer_runner(nullptr);
-    return;
+void CheckpointSwitch::set(int64_t setting) {
+  every_k = setting > 0 ? setting : 0;
+  selective = setting == kCheckpointSelective;
+}
+
+std::shared_ptr<CheckpointSwitch> set_activation_checkpointing(models::CausalLM& model, int64_t setting) {
+  auto control = std::make_shared<CheckpointSwitch>();
+  control->set(setting == kCheckpointAuto ? 0 : setting);
+  // Each checkpointed block needs its parameters as autograd inputs.
+  const auto n = static_cast<size_t>(model.config().num_hidden_layers);
+  std::vector<std::vector<at::Tensor>> layer_params(n), mlp_params(n);
+  for (const models::ParameterInfo& p : models::parameter_layout(model.config())) {
+    if (p.layer < 0) continue;
+    layer_params[static_cast<size_t>(p.layer)].push_back(model.parameters().at(p.name));
+    if (p.name.find(".mlp.") != std::string::npos) mlp_params[static_cast<size_t>(p.layer)].push_back(model.parameters().at(p.name));
   }
-  // Each checkpointed layer needs its parameters as autograd inputs.
-  std::vector<std::vector<at::Tensor>> layer_params(static_cast<size_t>(model.config().num_hidden_layers));
-  for (const models::ParameterInfo& p : models::parameter_layout(model.config()))
-    if (p.layer >= 0) layer_params[static_cast<size_t>(p.layer)].push_back(model.parameters().at(p.name));
-  model.set_layer_runner([layer_params, every_k](int64_t layer, const at::Tensor& hidden,
+  model.set_layer_runner([layer_params, control](int64_t layer, const at::Tensor& hidden,
                                                  const models::CausalLM::LayerFn& run) {
-    if (!is_checkpointed_layer(layer, every_k) || !hidden.requires_grad()) return run(hidden);
+    if (!is_checkpointed_layer(layer, control->every_k) || !hidden.requires_grad()) return run(hidden);
     return checkpointed_layer(hidden, run, layer_params[static_cast<size_t>(layer)]);
   });
+  model.set_mlp_runner([mlp_params, control](int64_t layer, const at::Tensor& normed,
+                                             const models::CausalLM::LayerFn& run) {
+    // Inside a checkpointed layer the whole layer is recomputed already.
+    if (!control->selective || is_checkpointed_layer(layer, control->every_k) || !normed.requires_grad())
+      return run(normed);
+    return checkpointed_layer(normed, run, mlp_params[static_cast<size_t>(layer)]);
+  });
+  return control;
 }
 
 }  // namespace fptrain::trainer

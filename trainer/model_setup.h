@@ -3,6 +3,9 @@
 // data::DataOptions for the training or evaluation files.
 #pragma once
 
+#include <atomic>
+#include <memory>
+
 #include "attention/varlen_attention.h"
 #include "data/data_options.h"
 #include "tokenizer/tokenizer.h"
@@ -24,11 +27,23 @@ at::ScalarType resolve_dtype(ModelDtype choice, const at::Device& device);
 attention::Backend resolve_backend(AttentionChoice choice, const at::Device& device, int64_t head_dim,
                                    at::ScalarType dtype);
 
+// What the model's runners recompute, switchable between micro-batches
+// (model.activation_checkpointing: auto).
+struct CheckpointSwitch {
+  std::atomic<int64_t> every_k{0};      // checkpoint layers 0, k, 2k, ... (0: none)
+  std::atomic<bool> selective{false};  // checkpoint every layer's MLP block
+  void set(int64_t setting);           // a fixed setting: 0, k > 0 or kCheckpointSelective
+};
+// Installs the runners (setting: 0, k > 0, kCheckpointSelective or
+// kCheckpointAuto, which starts as none) and returns their switch.
+std::shared_ptr<CheckpointSwitch> set_activation_checkpointing(models::CausalLM& model, int64_t setting);
+
 struct LoadedModel {
   models::ModelConfig config;
   std::unique_ptr<models::CausalLM> model;
   at::ScalarType dtype = at::kFloat;
   attention::Backend backend = attention::Backend::kReference;
+  std::shared_ptr<CheckpointSwitch> checkpointing;  // model.activation_checkpointing's runners
 };
 
 // The model of a run: config.json and weights from `weights_dir` (model.path,
@@ -47,6 +62,6 @@ std::shared_ptr<const tokenizer::Tokenizer> load_checked_tokenizer(const std::fi
 data::DataOptions make_data_options(const TrainConfig& config, bool eval, int rank = 0, int world_size = 1);
 
 // Activation checkpointing on every k-th decoder layer (k = 0: off).
-void set_activation_checkpointing(models::CausalLM& model, int64_t every_k);
+
 
 }  // namespace fptrain::trainer

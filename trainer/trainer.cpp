@@ -4,6 +4,7 @@
 #include "models/checkpoint.h"
 #include "models/parameter_layout.h"
 #include "distributed/group.h"
+#include "trainer/activation_checkpointing.h"
 #include "trainer/adamw.h"
 #include "trainer/checkpoint_store.h"
 #include "trainer/device_batch.h"
@@ -113,6 +114,7 @@ class Run {
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<GradReducer> reducer_;  // with group_
   std::unique_ptr<CommClock> comm_clock_;  // with group_
+  std::unique_ptr<AutoCheckpointing> auto_checkpointing_;  // model.activation_checkpointing: auto, on CUDA
   std::unique_ptr<MetricsLogger> metrics_;
   std::unique_ptr<StepProfiler> profiler_;  // logging.profile_steps; rank 0 only
   int64_t first_step_ = 0;  // the step this process started from
@@ -179,6 +181,10 @@ StepRecord Run::train_step(const data::TrainStep& ts) {
   for (const auto& mb : ts.micro_batches) {
     if (mb.num_tokens == 0) continue;  // an empty slot at the end of an epoch
     const DeviceBatch b = to_device(mb, device_.device);
+    if (auto_checkpointing_) {  // the cheapest recomputation this micro-batch fits with
+      const int64_t mode = auto_checkpointing_->choose(b.num_tokens);
+      model_.checkpointing->set(mode == AutoCheckpointing::kSelective ? kCheckpointSelective : mode);
+    }
     if (reducer_ && remaining == 1) reducer_->arm();
     const models::LossOutput out = model_.model->loss(b.input, b.labels, b.labels_host);
     (out.loss_sum / denominator).backward();
@@ -339,6 +345,18 @@ void Run::set_up() {
   if (device_.device.is_cuda()) {
     const MemoryStats mem = memory_stats(device_.device);
     log::info("device memory after set-up: " + gib_text(mem.peak_allocated_bytes) + " peak allocated");
+  }
+  if (config_.model.activation_checkpointing == kCheckpointAuto) {
+    if (device_.device.is_cuda()) {
+      const models::ModelConfig& mc = model_.config;
+      auto_checkpointing_ = std::make_unique<AutoCheckpointing>(
+          mc.num_hidden_layers, mc.hidden_size, mc.num_attention_heads * mc.head_dim,
+          mc.num_key_value_heads * mc.head_dim, mc.intermediate_size,
+          static_cast<int64_t>(c10::elementSize(model_.dtype)), memory_available(device_.device));
+      log::info(auto_checkpointing_->describe());
+    } else {
+      log::info("activation checkpointing auto: none on the CPU (no device memory to save)");
+    }
   }
   if (resume_from_) log::info("resumed from " + resume_from_->string() + " at step " + std::to_string(step_));
 }

@@ -2,6 +2,7 @@
 // every parameter must equal those of the plain forward/backward.
 #include "models/causal_lm.h"
 #include "models/init.h"
+#include "trainer/activation_checkpointing.h"
 #include "trainer/model_setup.h"
 
 #include <ATen/Parallel.h>
@@ -61,7 +62,7 @@ Grads run(int64_t every_k) {
 
 TEST(TrainActivationCheckpointing, GradientsEqualThePlainBackward) {
   const Grads plain = run(0);
-  for (int64_t k : {1, 2, 3}) {
+  for (int64_t k : {int64_t{1}, int64_t{2}, int64_t{3}, kCheckpointSelective}) {
     const Grads ckpt = run(k);
     EXPECT_TRUE(at::equal(plain.loss, ckpt.loss)) << "every " << k;
     ASSERT_EQ(plain.grads.size(), ckpt.grads.size());
@@ -72,6 +73,19 @@ TEST(TrainActivationCheckpointing, GradientsEqualThePlainBackward) {
       EXPECT_LE(diff, 1e-6 * scale) << name << " every " << k;
     }
   }
+}
+
+// auto starts as none and picks, per micro-batch, the cheapest mode that fits.
+TEST(TrainActivationCheckpointing, AutoPicksTheCheapestModeThatFits) {
+  const Grads plain = run(0);
+  EXPECT_EQ(run(kCheckpointAuto).grads.size(), plain.grads.size());  // auto starts as none
+  const AutoCheckpointing a(32, 4096, 4096, 1024, 14336, 2, int64_t{40} << 30);
+  EXPECT_GT(a.none_max_tokens(), 0);
+  EXPECT_GT(a.selective_max_tokens(), a.none_max_tokens());
+  EXPECT_EQ(a.choose(a.none_max_tokens()), 0);
+  EXPECT_EQ(a.choose(a.none_max_tokens() + 1), AutoCheckpointing::kSelective);
+  EXPECT_EQ(a.choose(a.selective_max_tokens() + 1), 1);
+  EXPECT_EQ(AutoCheckpointing(32, 4096, 4096, 1024, 14336, 2, int64_t{1} << 30).choose(1), 1);  // nothing fits
 }
 
 TEST(TrainActivationCheckpointing, NoGradForwardIsUnaffected) {

@@ -158,7 +158,7 @@ TEST(TrainConfig, BadValuesNameTheKeyAndTheProblem) {
       {"data:\n  shuffle: maybe\n", "data.shuffle: expected true or false"},
       {"data:\n  train: [{path: a.jsonl, wieght: 2}]\n", "did you mean 'weight'"},
       {"data:\n  train: [{path: a.jsonl, format: csv}]\n", "data.train[0].format: 'csv' is not one of"},
-      {"model:\n  activation_checkpointing: sometimes\n", "model.activation_checkpointing: expected none"},
+      {"model:\n  activation_checkpointing: sometimes\n", "model.activation_checkpointing: expected auto, none"},
       {"model: big\n", "model: is a section"},
       {"device: tpu\n", "device: 'tpu' is not one of"},
       {"schedule:\n  decay: exponential\n", "schedule.decay: 'exponential' is not one of"},
