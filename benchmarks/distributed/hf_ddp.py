@@ -30,6 +30,7 @@ same compute as fptrain's masked loss), the loss averaged per rank and the gradi
 averaged by DDP; at world size 1 the model is not wrapped in DDP.
 """
 import argparse
+import contextlib
 import importlib.util
 import inspect
 import json
@@ -124,6 +125,9 @@ def main():
     ap.add_argument("--max-length", type=int, default=4096)
     ap.add_argument("--attn", choices=["auto", "flash_attention_2", "torch-varlen", "sdpa"], default="auto")
     ap.add_argument("--no-checkpointing", action="store_true", help="keep every activation")
+    ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches of --batch examples per step")
+    ap.add_argument("--liger", action="store_true",
+                    help="Liger Kernel's fused RMSNorm, RoPE, SwiGLU and linear + cross-entropy (apply_liger_kernel_to_llama)")
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--name", default="hf-ddp")
@@ -157,9 +161,10 @@ def main():
     order = list(range(n_lines))
     random.Random(a.seed).shuffle(order)
     mine = order[rank::world]
-    need = a.steps * a.batch
+    per_step = a.batch * a.grad_accum
+    need = a.steps * per_step
     if len(mine) < need:
-        raise SystemExit(f"{a.data}: {n_lines} examples, rank {rank} needs {need} ({a.steps} steps x {a.batch})")
+        raise SystemExit(f"{a.data}: {n_lines} examples, rank {rank} needs {need} ({a.steps} steps x {per_step})")
     mine = mine[:need]
     tok = AutoTokenizer.from_pretrained(a.model)
     ids = load_examples(tok, a.data, mine, a.max_length)
@@ -171,6 +176,11 @@ def main():
         load["device_map"] = {"": device}
     model = AutoModelForCausalLM.from_pretrained(a.model, **load).to(device)
     model.config.use_cache = False
+    if a.liger:
+        from liger_kernel.transformers import apply_liger_kernel_to_llama
+        apply_liger_kernel_to_llama(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
+                                    fused_linear_cross_entropy=True, model=model)
+        attn_label += " + Liger"
     if not a.no_checkpointing:
         ckpt = {"use_reentrant": False}
         if hasattr(model, "activation_checkpointing_enable"):
@@ -194,12 +204,19 @@ def main():
         if step == a.warmup:  # the earlier steps pay for allocator growth, kernel selection, NCCL set-up
             sync()
             start = time.perf_counter()
-        feats = [{"input_ids": ids[i]} for i in mine[step * a.batch:(step + 1) * a.batch]]
-        batch = collate(feats)
-        n_tokens = batch["input_ids"].numel()
-        batch = {k: (v.to(device, non_blocking=True) if torch.is_tensor(v) else v) for k, v in batch.items()}
-        loss = net(**batch, use_cache=False).loss
-        loss.backward()
+        n_tokens, step_loss = 0, 0.0
+        for micro in range(a.grad_accum):
+            first = step * per_step + micro * a.batch
+            batch = collate([{"input_ids": ids[i]} for i in mine[first:first + a.batch]])
+            n_tokens += batch["input_ids"].numel()
+            batch = {k: (v.to(device, non_blocking=True) if torch.is_tensor(v) else v) for k, v in batch.items()}
+            # DDP reduces on the last micro-batch only.
+            sync_ctx = net.no_sync() if distributed and micro + 1 < a.grad_accum else contextlib.nullcontext()
+            with sync_ctx:
+                loss = net(**batch, use_cache=False).loss / a.grad_accum
+                loss.backward()
+            step_loss = step_loss + loss.detach()
+        loss = step_loss
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -224,7 +241,7 @@ def main():
         out = {"name": a.name, "impl": "transformers+ddp" if distributed else "transformers",
                "world_size": world, "attention": attn_label, "tokens_per_s": tps,
                "tokens_per_s_per_gpu": tps / world, "steps_measured": a.steps - a.warmup,
-               "examples_per_gpu": a.batch, "num_parameters": num_parameters,
+               "examples_per_gpu": a.batch, "grad_accumulation": a.grad_accum, "num_parameters": num_parameters,
                "mfu": 6 * num_parameters * tps / world / 989e12,
                "peak_allocated_gib": peak_alloc / 2**30, "peak_reserved_gib": peak_res / 2**30,
                "first_loss": float(losses[0]), "last_loss": float(losses[-1]),

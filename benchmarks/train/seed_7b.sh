@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# The step issue's seed setup and best-against-best on one GPU, fptrain and the
+# transformers peers in the same run: Llama-2-7B shape (random init, bf16),
+# FLAN-like data, flatten, 4 examples per micro-batch.
+#   fptrain  every_layer, grad accumulation 2, fp32 masters   (the seed setup)
+#   fptrain  auto checkpointing, grad accumulation 1           (its best setting), also with bf16 AdamW
+#            (optimizer.master_weights: false, as the peer's optimizer)
+#   transformers + FA2 varlen (torch's) + checkpointing, grad accumulation 2, with and without Liger Kernel
+#   transformers + Liger, no checkpointing, grad accumulation 1 (the peer's best in the issue)
+# 15 steps, the first 5 not measured. Liger travels as a wheel in .whl/ (installed
+# into the work folder). Writes $OUT/seed-7b.{json,md}.
+#   FPTRAIN_BUILD_DIR=build-gpu OUT=out benchmarks/train/seed_7b.sh
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+BUILD_DIR=${FPTRAIN_BUILD_DIR:-$ROOT/build-gpu}
+FPTRAIN=$BUILD_DIR/apps/fptrain
+OUT=${OUT:-$ROOT/gpu-out}
+WORK=${FPTRAIN_BENCH_DIR:-/tmp/fptrain-seed-7b}
+PYTHON=/opt/torch/.venv/bin/python
+[ -x "$PYTHON" ] || PYTHON=$ROOT/.venv/bin/python
+TOOLS=$ROOT/benchmarks/distributed/bench_tools.py
+STEPS=${FPTRAIN_SEED_STEPS:-15}
+mkdir -p "$OUT" "$WORK"
+cd "$ROOT" || exit 1
+if ls "$ROOT"/.whl/liger_kernel-*.whl >/dev/null 2>&1; then
+  "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --target "$WORK/site" "$ROOT"/.whl/*.whl && export PYTHONPATH=$WORK/site
+fi
+{
+  [ -s "$WORK/flan.jsonl" ] || "$PYTHON" scripts/make_dataset.py --profile flan --examples 4000 --seed 0 --out "$WORK/flan.jsonl"
+  [ -s "$WORK/tok/config.json" ] || "$FPTRAIN" init "$WORK/tok" --preset tiny --corpus "$WORK/flan.jsonl"
+  "$PYTHON" "$TOOLS" make-model --out "$WORK/llama2-7b" --tokenizer-from "$WORK/tok" --shape llama2-7b
+} > "$OUT/seed-prep.log" 2>&1 || { echo "prep failed"; tail -20 "$OUT/seed-prep.log"; exit 1; }
+results=()
+fp() {  # name, checkpointing, grad accumulation, master weights (true: fp32 masters and moments)
+  local run=$WORK/run-$1
+  rm -rf "$run"
+  cat > "$WORK/$1.yaml" <<YAML
+model: {path: $WORK/llama2-7b, dtype: bfloat16, activation_checkpointing: $2}
+data: {train: $WORK/flan.jsonl, max_length: 4096, workers: 8}
+batching: {mode: flatten, examples_per_micro_batch: 4, grad_accumulation: $3}
+optimizer: {lr: 1.0e-4, grad_clip: 1.0, master_weights: ${4:-true}}
+schedule: {warmup_steps: 2}
+training: {max_steps: $STEPS}
+logging: {log_interval: 5}
+checkpoint: {save_final: false}
+output_dir: $run
+resume: none
+device: cuda
+YAML
+  if timeout 240 "$FPTRAIN" train "$WORK/$1.yaml" > "$OUT/seed-$1.log" 2>&1; then
+    "$PYTHON" "$TOOLS" fptrain-run --run "$run" --name "$1" --world-size 1 --examples-per-gpu 4 > "$WORK/$1.json" &&
+      results+=("$WORK/$1.json") && tail -1 "$WORK/$1.json"
+  else
+    echo "FAILED $1"; tail -5 "$OUT/seed-$1.log"
+  fi
+}
+hf() {  # name, extra args...
+  local name=$1; shift
+  if timeout 240 "$PYTHON" benchmarks/distributed/hf_ddp.py --model "$WORK/llama2-7b" --data "$WORK/flan.jsonl" \
+       --batch 4 --steps "$STEPS" --warmup 5 --name "$name" "$@" > "$WORK/$name.out" 2> "$OUT/seed-$name.log"; then
+    grep '^{' "$WORK/$name.out" | tail -1 > "$WORK/$name.json" && results+=("$WORK/$name.json") && cat "$WORK/$name.json" | cut -c1-300
+  else
+    echo "FAILED $name"; tail -5 "$OUT/seed-$name.log"
+  fi
+}
+fp fptrain-ckpt-ga2 every_layer 2
+fp fptrain-auto auto 1
+fp fptrain-auto-bf16-adamw auto 1 false
+hf hf-ckpt-ga2 --grad-accum 2
+hf hf-liger-ckpt-ga2 --grad-accum 2 --liger
+hf hf-liger-nockpt --liger --no-checkpointing
+"$PYTHON" - "$OUT" "${results[@]}" <<'PY'
+import datetime, json, sys
+out, files = sys.argv[1], sys.argv[2:]
+rows = [json.loads(open(f).read().strip().splitlines()[-1]) for f in files]
+date = datetime.date.today().isoformat()
+dev = next((r.get("device") for r in rows if r.get("device")), "?")
+json.dump({"date": date, "device": dev, "runs": rows}, open(f"{out}/seed-7b.json", "w"), indent=2)
+by = {r["name"]: r for r in rows}
+with open(f"{out}/seed-7b.md", "w") as f:
+    f.write(f"Llama-2-7B shape, FLAN-like data, flatten, 4 examples per micro-batch, one GPU; {dev}, {date}. "
+            "fptrain: bf16 weights, fp32 masters and moments; transformers: bf16 weights, torch AdamW (fused), "
+            "torch's FA2 varlen. Tokens/s = non-padding tokens over steady-state time; MFU = 6 N tokens/s over 989 TFLOP/s.\n\n")
+    f.write("| run | tokens/s | MFU | peak allocated GiB |\n| --- | ---: | ---: | ---: |\n")
+    for r in rows:
+        f.write(f"| {r['name']} | {r['tokens_per_s']:,.0f} | {100 * r['mfu']:.1f}% | {r['peak_allocated_gib']:.1f} |\n")
+    def ratio(a, b, what):
+        if a in by and b in by:
+            f.write(f"\n- {what}: {by[a]['tokens_per_s']:,.0f} / {by[b]['tokens_per_s']:,.0f} = "
+                    f"{by[a]['tokens_per_s'] / by[b]['tokens_per_s']:.2f}x")
+    ratio("fptrain-ckpt-ga2", "hf-ckpt-ga2", "seed setup, fptrain / transformers + FA2 (target >= 1.5x)")
+    ratio("fptrain-auto", "hf-liger-nockpt", "best against best, fptrain auto (fp32 masters) / transformers + Liger without checkpointing")
+    ratio("fptrain-auto-bf16-adamw", "hf-liger-nockpt", "best against best with the peer's bf16 AdamW (target >= 1.5x at <= its peak memory)")
+    f.write("\n")
+print(open(f"{out}/seed-7b.md").read())
+PY
