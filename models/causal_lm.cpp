@@ -85,6 +85,19 @@ CausalLM::CausalLM(ModelConfig config, TensorMap parameters, attention::Backend 
   check_parameters(config_, params_);
   inv_freq_ = rope_inv_freq(config_.rope, config_.head_dim).to(weight("model.embed_tokens.weight").device());
   fused_ops_ = fused_cuda_kernels_available(parameters_device());
+  auto optional = [this](const std::string& name, bool present) { return present ? &weight(name) : nullptr; };
+  for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const std::string a = p + "self_attn.", m = p + "mlp.";
+    const bool ab = config_.attention_bias, mb = config_.mlp_bias;
+    layers_.push_back({&weight(p + "input_layernorm.weight"), &weight(p + "post_attention_layernorm.weight"),
+                       &weight(a + "q_proj.weight"), &weight(a + "k_proj.weight"), &weight(a + "v_proj.weight"),
+                       &weight(a + "o_proj.weight"), optional(a + "q_proj.bias", ab), optional(a + "k_proj.bias", ab),
+                       optional(a + "v_proj.bias", ab), optional(a + "o_proj.bias", ab), &weight(m + "gate_proj.weight"),
+                       &weight(m + "up_proj.weight"), &weight(m + "down_proj.weight"),
+                       optional(m + "gate_proj.bias", mb), optional(m + "up_proj.bias", mb),
+                       optional(m + "down_proj.bias", mb)});
+  }
 }
 
 const at::Tensor& CausalLM::weight(const std::string& name) const {
@@ -150,62 +163,61 @@ at::Device CausalLM::parameters_device() const { return weight("model.embed_toke
 
 at::Tensor CausalLM::decoder_layer(int64_t layer, const at::Tensor& x, const RotaryTables& rope,
                                    const attention::VarlenSpec& spec) const {
-  const std::string p = "model.layers." + std::to_string(layer) + ".";
+  const LayerWeights& w = layers_[static_cast<size_t>(layer)];
   const double eps = config_.rms_norm_eps;
   auto residual_add = [&](const at::Tensor& residual, const at::Tensor& update) {
     return config_.residual_multiplier != 1.0 ? residual + update * config_.residual_multiplier
                                               : residual + update;
   };
   // Captures by value: a recomputing runner calls it again during the backward.
-  auto run_mlp = [this, layer, p](const at::Tensor& normed) {
-    if (!mlp_runner_) return mlp(p + "mlp.", normed);
-    return mlp_runner_(layer, normed, [this, p](const at::Tensor& h) { return mlp(p + "mlp.", h); });
+  auto run_mlp = [this, layer, &w](const at::Tensor& normed) {
+    if (!mlp_runner_) return mlp(w, normed);
+    const LayerWeights* lw = &w;  // layers_ lives as long as the model
+    return mlp_runner_(layer, normed, [this, lw](const at::Tensor& h) { return mlp(*lw, h); });
   };
   if (fused_ops_) {
-    const at::Tensor attended = self_attention(
-        p + "self_attn.", fused_rms_norm(x, weight(p + "input_layernorm.weight"), eps, FusedPath::kCuda), rope, spec);
+    const at::Tensor attended = self_attention(w, fused_rms_norm(x, *w.input_norm, eps, FusedPath::kCuda), rope, spec);
     // h = x + attended and its RMSNorm in one pass (h is saved for the backward: not modified).
-    const AddRmsNormOutput post = fused_add_rms_norm(x, attended, weight(p + "post_attention_layernorm.weight"), eps,
-                                                     config_.residual_multiplier, FusedPath::kCuda);
+    const AddRmsNormOutput post =
+        fused_add_rms_norm(x, attended, *w.post_norm, eps, config_.residual_multiplier, FusedPath::kCuda);
     return residual_add(post.sum, run_mlp(post.normed));
   }
-  const at::Tensor attended = self_attention(
-      p + "self_attn.", rms_norm(x, weight(p + "input_layernorm.weight"), eps), rope, spec);
+  const at::Tensor attended = self_attention(w, rms_norm(x, *w.input_norm, eps), rope, spec);
   const at::Tensor h = residual_add(x, attended);
-  return residual_add(h, run_mlp(rms_norm(h, weight(p + "post_attention_layernorm.weight"), eps)));
+  return residual_add(h, run_mlp(rms_norm(h, *w.post_norm, eps)));
 }
 
-at::Tensor CausalLM::self_attention(const std::string& prefix, const at::Tensor& x,
-                                    const RotaryTables& rope, const attention::VarlenSpec& spec) const {
+namespace {
+at::Tensor or_none(const at::Tensor* t) { return t ? *t : at::Tensor(); }
+}  // namespace
+
+at::Tensor CausalLM::self_attention(const LayerWeights& w, const at::Tensor& x, const RotaryTables& rope,
+                                    const attention::VarlenSpec& spec) const {
   const int64_t T = x.size(0), D = config_.head_dim;
   const int64_t Hq = config_.num_attention_heads, Hkv = config_.num_key_value_heads;
-  const bool b = config_.attention_bias;
-  auto project = [&](const char* name, int64_t heads) {
-    const std::string w = prefix + name;
-    return at::linear(x, weight(w + ".weight"), bias(w + ".bias", b)).view({T, heads, D});
+  auto project = [&](const at::Tensor* weight, const at::Tensor* bias, int64_t heads) {
+    return at::linear(x, *weight, or_none(bias)).view({T, heads, D});
   };
   at::Tensor q, k;
   if (fused_ops_) {
-    RotaryOutput qk = fused_rotary(project("q_proj", Hq), project("k_proj", Hkv), rope, FusedPath::kCuda);
+    RotaryOutput qk = fused_rotary(project(w.q, w.q_bias, Hq), project(w.k, w.k_bias, Hkv), rope, FusedPath::kCuda);
     q = std::move(qk.q);
     k = std::move(qk.k);
   } else {
-    q = apply_rotary(project("q_proj", Hq), rope);
-    k = apply_rotary(project("k_proj", Hkv), rope);
+    q = apply_rotary(project(w.q, w.q_bias, Hq), rope);
+    k = apply_rotary(project(w.k, w.k_bias, Hkv), rope);
   }
-  const at::Tensor v = project("v_proj", Hkv);
+  const at::Tensor v = project(w.v, w.v_bias, Hkv);
   const at::Tensor out = attention::varlen_attention(q, k, v, spec, backend_);  // [T, Hq, D]
-  return at::linear(out.reshape({T, Hq * D}), weight(prefix + "o_proj.weight"),
-                    bias(prefix + "o_proj.bias", b));
+  return at::linear(out.reshape({T, Hq * D}), *w.o, or_none(w.o_bias));
 }
 
 // SwiGLU: down(silu(gate(x)) * up(x)).
-at::Tensor CausalLM::mlp(const std::string& prefix, const at::Tensor& x) const {
-  const bool b = config_.mlp_bias;
-  const at::Tensor gate = at::linear(x, weight(prefix + "gate_proj.weight"), bias(prefix + "gate_proj.bias", b));
-  const at::Tensor up = at::linear(x, weight(prefix + "up_proj.weight"), bias(prefix + "up_proj.bias", b));
+at::Tensor CausalLM::mlp(const LayerWeights& w, const at::Tensor& x) const {
+  const at::Tensor gate = at::linear(x, *w.gate, or_none(w.gate_bias));
+  const at::Tensor up = at::linear(x, *w.up, or_none(w.up_bias));
   const at::Tensor act = fused_ops_ ? fused_swiglu(gate, up, FusedPath::kCuda) : at::silu(gate) * up;
-  return at::linear(act, weight(prefix + "down_proj.weight"), bias(prefix + "down_proj.bias", b));
+  return at::linear(act, *w.down, or_none(w.down_bias));
 }
 
 const at::Tensor& CausalLM::head_weight() const {

@@ -48,6 +48,9 @@ class CausalLM {
   // (models/checkpoint.h), all of one floating dtype on one device; they are used
   // as given (set requires_grad on them to train).
   CausalLM(ModelConfig config, TensorMap parameters, attention::Backend backend);
+  // Not copyable: the per-layer weight pointers point into this object's parameters.
+  CausalLM(const CausalLM&) = delete;
+  CausalLM& operator=(const CausalLM&) = delete;
 
   const ModelConfig& config() const { return config_; }
   TensorMap& parameters() { return params_; }
@@ -96,9 +99,16 @@ class CausalLM {
   attention::VarlenSpec attention_spec(const PackedInput& input) const;
   at::Tensor decoder_layer(int64_t layer, const at::Tensor& x, const RotaryTables& rope,
                            const attention::VarlenSpec& spec) const;
-  at::Tensor self_attention(const std::string& prefix, const at::Tensor& x, const RotaryTables& rope,
+  // A decoder layer's parameters, looked up once at construction (the forward
+  // builds no names and searches no map per layer). Biases are null when absent.
+  struct LayerWeights {
+    const at::Tensor *input_norm, *post_norm;
+    const at::Tensor *q, *k, *v, *o, *q_bias, *k_bias, *v_bias, *o_bias;
+    const at::Tensor *gate, *up, *down, *gate_bias, *up_bias, *down_bias;
+  };
+  at::Tensor self_attention(const LayerWeights& w, const at::Tensor& x, const RotaryTables& rope,
                             const attention::VarlenSpec& spec) const;
-  at::Tensor mlp(const std::string& prefix, const at::Tensor& x) const;
+  at::Tensor mlp(const LayerWeights& w, const at::Tensor& x) const;
 
   ModelConfig config_;
   TensorMap params_;
@@ -108,6 +118,7 @@ class CausalLM {
   bool fused_ops_ = false;
   LayerRunner layer_runner_;
   LayerRunner mlp_runner_;
+  std::vector<LayerWeights> layers_;
   BeforeStage before_stage_;
   LossOptions loss_options_;
 };
