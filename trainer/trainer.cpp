@@ -44,7 +44,9 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 std::string gib_text(int64_t bytes) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  const double b = static_cast<double>(bytes);
+  if (b >= 1024.0 * 1024.0 * 1024.0) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024.0 * 1024.0));
+  else std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1024.0 * 1024.0));
   return buf;
 }
 
@@ -337,7 +339,7 @@ void Run::set_up() {
     log::info("data parallel: " + std::to_string(world()) + " ranks (" + group_->comm().kind() + "), optimizer " +
               (optimizer_->sharded() ? "sharded (each rank: 1/" + std::to_string(world()) + " of masters and moments)"
                                      : std::string("replicated")) +
-              ", " + std::to_string(l.buckets().size()) + " gradient buckets of ~" +
+              ", " + std::to_string(l.buckets().size()) + " gradient bucket(s) of up to " +
               std::to_string(config_.distributed.bucket_mb) + " MiB; per rank " + gib_text(m["weights_bytes"]) +
               " weights, " + gib_text(m["gradients_bytes"]) + " gradients, " + gib_text(m["optimizer_state_bytes"]) +
               " optimizer state");
