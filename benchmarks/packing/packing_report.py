@@ -1,0 +1,385 @@
+#!/usr/bin/env python3
+"""Python side of benchmarks/packing/reproduce.sh (the packing paper's FLAN / OrcaMath experiment).
+
+  packing_report.py make-model --out DIR --tokenizer-from DIR --shape llama2-7b|mistral-7b|granite-8b-code
+      A model at the exact shape of the paper's model, random N(0, 0.02) weights, bf16, saved by
+      transformers with the tokenizer files of another folder (fptrain init's). Made once: a stamp
+      file marks a finished folder.
+  packing_report.py fptrain-run --run DIR --model M --dataset D --mode MODE [--warmup-steps W] [--world-size N]
+      One JSON line from an fptrain run folder (log_interval 1): steady-state tokens/s (the steps after
+      the first W), per GPU, peak memory, steps, final train loss, eval loss, per-step losses and tokens.
+  packing_report.py peer --model M --dataset D --mode flatten -- HF_DDP_ARGS...
+      Runs benchmarks/distributed/hf_ddp.py in this process (under torchrun: in each rank) and prints
+      its JSON line with the process's peak resident memory added (the only memory figure on a CPU).
+  packing_report.py line RUN.json
+      One line for the progress output: steps, tokens/s per GPU, final loss.
+  packing_report.py report --out DIR --runs A.json ... [--note TEXT]
+      DIR/packing.json, DIR/packing.md (the paper's layout, the paper's numbers and ratios, all
+      computed from the runs and from the paper's published values) and, when matplotlib imports,
+      DIR/throughput.png, DIR/memory.png, DIR/loss-<model>-<dataset>.png.
+"""
+import argparse
+import contextlib
+import datetime
+import io
+import json
+import os
+import resource
+import runpy
+import shutil
+import sys
+import time
+
+GIB = 2**30
+HERE = os.path.dirname(os.path.abspath(__file__))
+HF_DDP = os.path.join(HERE, "..", "distributed", "hf_ddp.py")
+
+# The paper's model shapes (config.json values of the published checkpoints).
+SHAPES = {
+    "llama2-7b": ("llama", dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                                num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096,
+                                rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False)),
+    "mistral-7b": ("mistral", dict(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                                   num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=32768,
+                                   rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=4096,
+                                   tie_word_embeddings=False)),
+    "granite-8b-code": ("llama", dict(vocab_size=49152, hidden_size=4096, intermediate_size=14336,
+                                      num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
+                                      max_position_embeddings=4096, rms_norm_eps=1e-5, rope_theta=10000000.0,
+                                      attention_bias=True, mlp_bias=False, tie_word_embeddings=True)),
+}
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
+                   "chat_template.jinja")
+
+# What the paper (Kundu et al., arXiv 2407.09105) published, as published: FLAN_20k tokens/s per GPU
+# (8 x A100-80GB, FSDP) for padding and for online mini-batch packing with position ids (= flatten).
+# For OrcaMath it gives only the speed-up (~1.4x) and the memory change (-6%); for FLAN the memory change
+# is -18% to -24%. Ratios in the report are computed from these, never typed.
+PAPER_TPS = {
+    ("mistral-7b", "flan"): {"pad": 742.0, "flatten": 1408.0},
+    ("llama2-7b", "flan"): {"pad": 771.0, "flatten": 1455.0},
+    ("granite-8b-code", "flan"): {"pad": 693.0, "flatten": 1358.0},
+}
+PAPER_SPEEDUP_ONLY = {"orcamath": 1.4}  # "~1.4x", the paper's own figure
+PAPER_MEMORY = {"flan": "-18% to -24%", "orcamath": "-6%"}
+# The smoke run's tiny model stands in for Llama-2-7B when the paper's column is filled.
+PAPER_PROXY = {"tiny": "llama2-7b"}
+MODEL_NAMES = {"llama2-7b": "Llama-2-7B", "mistral-7b": "Mistral-7B-v0.1", "granite-8b-code": "Granite-8B-code",
+               "tiny": "tiny (fptrain init)"}
+MODE_ORDER = ["pad", "flatten", "pack", "fixed"]
+
+
+def make_model(a):
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig
+    transformers.utils.logging.disable_progress_bar()
+    stamp = os.path.join(a.out, ".packing-shape")
+    if os.path.exists(stamp) and open(stamp).read() == a.shape:
+        print(f"{a.out}: already made ({a.shape})")
+        return
+    arch, shape = SHAPES[a.shape]
+    tok_cfg = json.load(open(os.path.join(a.tokenizer_from, "config.json")))
+    shutil.rmtree(a.out, ignore_errors=True)
+    t0 = time.time()
+    ids = dict(bos_token_id=tok_cfg.get("bos_token_id", 1), eos_token_id=tok_cfg.get("eos_token_id", 2),
+               pad_token_id=tok_cfg.get("pad_token_id"))
+    if arch == "mistral":
+        config = MistralConfig(**shape, **ids, architectures=["MistralForCausalLM"])
+    else:
+        config = LlamaConfig(**shape, **ids, architectures=["LlamaForCausalLM"])
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model = model.to_empty(device=device)
+    gen = torch.Generator(device=device).manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.fill_(1.0)
+            elif name.endswith(".bias"):
+                p.zero_()
+            else:
+                p.normal_(0.0, 0.02, generator=gen)
+    if shape.get("tie_word_embeddings"):
+        model.tie_weights()
+    model = model.to("cpu")
+    model.save_pretrained(a.out)
+    copied = []
+    for f in TOKENIZER_FILES:
+        src = os.path.join(a.tokenizer_from, f)
+        if os.path.exists(src):
+            shutil.copy(src, os.path.join(a.out, f))
+            copied.append(f)
+    tok_vocab = tok_cfg.get("vocab_size", 0)
+    if tok_vocab > config.vocab_size:
+        raise SystemExit(f"the tokenizer of {a.tokenizer_from} has {tok_vocab} ids, the model {config.vocab_size}")
+    with open(stamp, "w") as f:
+        f.write(a.shape)
+    print(f"made {a.out}: {a.shape}, {model.num_parameters() / 1e9:.2f} B parameters, bf16, "
+          f"tokenizer {', '.join(copied)}, {time.time() - t0:.1f} s")
+
+
+def read_metrics(run):
+    train, evals = [], []
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        for line in f:
+            if line.strip():
+                r = json.loads(line)
+                if "event" not in r:
+                    train.append(r)
+                elif r["event"] == "eval":
+                    evals.append(r)
+    return train, evals
+
+
+def fptrain_run(a):
+    train, evals = read_metrics(a.run)
+    s = json.load(open(os.path.join(a.run, "summary.json")))
+    if not train:
+        raise SystemExit(f"{a.run}/metrics.jsonl: no training records")
+    steps_seen, steady = 0, []
+    for r in train:
+        steps_seen += r["steps_in_record"]
+        if steps_seen > a.warmup_steps:
+            steady.append(r)
+    if not steady:  # a run shorter than the warm-up: measure what there is, and say so
+        steady = train[1:] or train
+    tok = sum(r["tokens"] for r in steady)
+    sec = sum(r["step_time_s"] * r["steps_in_record"] for r in steady)
+    world = int(s.get("world_size", a.world_size))
+    tps = tok / sec if sec > 0 else 0.0
+    peak = s.get("peak_allocated_bytes") or 0
+    peak_kind = "allocated"
+    if not peak:
+        peak, peak_kind = s.get("peak_rss_bytes") or 0, "rss"
+    cum, per_step = 0, []
+    for r in train:
+        cum += r["tokens"]
+        per_step.append({"step": r["step"], "loss": r["loss"], "tokens": cum})
+    print(json.dumps({
+        "impl": "fptrain", "model": a.model, "dataset": a.dataset, "mode": a.mode, "world_size": world,
+        "attention": s.get("attention"), "dtype": s.get("dtype"), "device": s.get("device"),
+        "steps": s.get("steps_completed", s.get("steps")), "examples": s.get("examples"),
+        "tokens": s.get("tokens"), "padding_tokens": s.get("padding_tokens"),
+        "tokens_per_s": tps, "tokens_per_s_per_gpu": tps / world,
+        "steps_measured": sum(r["steps_in_record"] for r in steady),
+        "peak_bytes": peak, "peak_kind": peak_kind, "num_parameters": s.get("num_parameters"),
+        "first_loss": s.get("first_loss"), "last_loss": s.get("last_loss"), "eval_loss": s.get("eval_loss"),
+        "train_seconds": s.get("train_seconds"), "losses": per_step}))
+
+
+def peer(a, rest):
+    sys.argv = [HF_DDP] + rest
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        runpy.run_path(HF_DDP, run_name="__main__")
+    lines = [l for l in buf.getvalue().splitlines() if l.startswith("{")]
+    if not lines:  # ranks other than 0 print nothing
+        return
+    r = json.loads(lines[-1])
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    peak, kind = r.get("peak_allocated_gib", 0) * GIB, "allocated"
+    if not peak:
+        peak, kind = rss, "rss (rank 0)"
+    per_step = []  # hf_ddp.py reports no tokens per step: its loss is plotted per step only
+    for i, loss in enumerate(r.get("losses", [])):
+        per_step.append({"step": i + 1, "loss": loss, "tokens": None})
+    r.update({"impl": "transformers", "model": a.model, "dataset": a.dataset, "mode": a.mode,
+              "steps": len(per_step), "peak_bytes": peak, "peak_kind": kind, "eval_loss": None,
+              "losses": per_step})
+    print(json.dumps(r))
+
+
+def fmt(x, spec="{:.0f}"):
+    return "—" if x is None else spec.format(x)
+
+
+def report(a):
+    runs = []
+    for path in a.runs:
+        with open(path) as f:
+            text = f.read().strip()
+        if text:
+            runs.append(json.loads(text.splitlines()[-1]))
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    device = next((r.get("device") for r in runs if r.get("device") and not r.get("failed")), "?")
+    key = lambda r: (r["model"], r["dataset"], r["impl"], r["mode"])
+    by = {key(r): r for r in runs}
+
+    def ratio(num, den):
+        return num / den if num and den else None
+
+    rows = []
+    for r in sorted(runs, key=lambda r: (r["model"], r["dataset"], r["impl"] != "fptrain",
+                                         MODE_ORDER.index(r["mode"]) if r["mode"] in MODE_ORDER else 9)):
+        if r.get("failed"):
+            rows.append({**r, "speedup_vs_pad": None, "memory_vs_pad": None})
+            continue
+        pad = by.get((r["model"], r["dataset"], "fptrain", "pad"))
+        ok_pad = pad if pad and not pad.get("failed") else None
+        rows.append({**r,
+                     "speedup_vs_pad": ratio(r["tokens_per_s_per_gpu"], ok_pad and ok_pad["tokens_per_s_per_gpu"]),
+                     "memory_vs_pad": (ratio(r["peak_bytes"], ok_pad["peak_bytes"]) - 1)
+                     if ok_pad and r.get("peak_bytes") and ok_pad.get("peak_bytes") else None})
+    lines = [f"# Packing-paper reproduction: {device}, {date}", ""]
+    if a.note:
+        lines += [a.note, ""]
+    lines += ["Tokens/s are non-padding tokens per second per GPU (per process on a CPU) over the steady-state "
+              "steps (column *measured*); × pad and Δmem are against fptrain's pad run of the same model and "
+              "data. Paper: FLAN_20k, 8×A100-80GB, FSDP; its tokens/s are for padding and for flatten (online "
+              "mini-batch packing with position ids), its ratio is computed here from them (OrcaMath: the paper "
+              "gives only ~1.4×).", "",
+              "| model | data | impl | mode | steps | measured | tokens/s/GPU | × pad | peak mem GiB | Δmem vs pad "
+              "| final train loss | eval loss | paper tokens/s/GPU | paper × pad | paper Δmem |",
+              "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for r in rows:
+        shape = PAPER_PROXY.get(r["model"], r["model"])
+        paper = PAPER_TPS.get((shape, r["dataset"]), {})
+        p_tps = paper.get(r["mode"]) if r["impl"] == "fptrain" else None
+        p_ratio = None
+        if r["mode"] == "flatten" and r["impl"] == "fptrain":
+            p_ratio = ratio(paper.get("flatten"), paper.get("pad")) or PAPER_SPEEDUP_ONLY.get(r["dataset"])
+        p_mem = PAPER_MEMORY.get(r["dataset"], "") if r["mode"] == "flatten" and r["impl"] == "fptrain" else ""
+        model_name = MODEL_NAMES.get(r["model"], r["model"])
+        if r.get("failed"):
+            lines.append(f"| {model_name} | {r['dataset']} | {r['impl']} | {r['mode']} | FAILED | | | | | | | | | | |")
+            continue
+        lines.append(
+            f"| {model_name} | {r['dataset']} | {r['impl']} | {r['mode']} | {fmt(r.get('steps'))} "
+            f"| {fmt(r.get('steps_measured'))} | {fmt(r.get('tokens_per_s_per_gpu'))} "
+            f"| {fmt(r['speedup_vs_pad'], '{:.2f}×')} | {fmt(r['peak_bytes'] / GIB if r.get('peak_bytes') else None, '{:.2f}')} "
+            f"| {fmt(r['memory_vs_pad'] * 100 if r['memory_vs_pad'] is not None else None, '{:+.0f}%')} "
+            f"| {fmt(r.get('last_loss'), '{:.3f}')} | {fmt(r.get('eval_loss'), '{:.3f}')} "
+            f"| {fmt(p_tps)}{' (Llama-2-7B)' if p_tps and shape != r['model'] else ''} "
+            f"| {fmt(p_ratio, '{:.2f}×')} | {p_mem} |")
+    lines.append("")
+    peers = []
+    for r in rows:
+        if r["impl"] == "transformers" and not r.get("failed"):
+            mine = by.get((r["model"], r["dataset"], "fptrain", r["mode"]))
+            if mine and not mine.get("failed"):
+                peers.append(f"- {MODEL_NAMES.get(r['model'], r['model'])}, {r['dataset']}, {r['mode']}: fptrain / "
+                             f"transformers tokens/s per GPU = "
+                             f"{ratio(mine['tokens_per_s_per_gpu'], r['tokens_per_s_per_gpu']):.2f}× "
+                             f"(transformers attention: {r.get('attention')})")
+    if peers:
+        lines += ["Against the transformers peer in the same run:", ""] + peers + [""]
+    kinds = sorted({r.get("peak_kind") for r in rows if r.get("peak_kind")})
+    lines.append(f"Peak memory: {', '.join(kinds)} (allocated: the GPU allocator's peak; rss: the process's peak "
+                 "resident memory on a CPU, which includes the program and libraries).")
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "packing.json"), "w") as f:
+        json.dump({"date": date, "device": device, "note": a.note, "runs": rows}, f, indent=2)
+    with open(os.path.join(a.out, "packing.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    plots = plot(a.out, rows)
+    print("\n".join(lines))
+    print(f"\nwrote {a.out}/packing.json, {a.out}/packing.md" + (", " + ", ".join(plots) if plots else
+                                                                 " (no plots: matplotlib is not importable)"))
+
+
+def plot(out, rows):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    ok = [r for r in rows if not r.get("failed")]
+    made = []
+    cells = sorted({(r["model"], r["dataset"]) for r in ok})
+    variants = []
+    for r in ok:
+        v = (r["impl"], r["mode"])
+        if v not in variants:
+            variants.append(v)
+    for what, field, scale, ylabel in (("throughput", "tokens_per_s_per_gpu", 1.0, "tokens/s per GPU (process)"),
+                                       ("memory", "peak_bytes", 1.0 / GIB, "peak memory, GiB")):
+        fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(cells) * max(1, len(variants)) / 3), 4))
+        width = 0.8 / max(1, len(variants))
+        for j, v in enumerate(variants):
+            ys = []
+            for c in cells:
+                r = next((r for r in ok if (r["model"], r["dataset"], r["impl"], r["mode"]) == c + v), None)
+                ys.append((r.get(field) or 0) * scale if r else 0)
+            ax.bar([i + j * width for i in range(len(cells))], ys, width, label=f"{v[0]} {v[1]}")
+        ax.set_xticks([i + width * (len(variants) - 1) / 2 for i in range(len(cells))])
+        ax.set_xticklabels([f"{MODEL_NAMES.get(m, m)}\n{d}" for m, d in cells], fontsize=8)
+        ax.set_ylabel(ylabel)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = os.path.join(out, f"{what}.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        made.append(path)
+    for m, d in cells:
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
+        for r in ok:
+            if (r["model"], r["dataset"]) != (m, d) or not r.get("losses"):
+                continue
+            label = f"{r['impl']} {r['mode']}"
+            style = dict(marker=".", linestyle="--" if r["mode"] == "pad" else "-",
+                         linewidth=3 if r["mode"] == "pad" else 1.5)  # pad lies under flatten when they agree
+            a1.plot([p["step"] for p in r["losses"]], [p["loss"] for p in r["losses"]], label=label, **style)
+            if all(p.get("tokens") is not None for p in r["losses"]):
+                a2.plot([p["tokens"] for p in r["losses"]], [p["loss"] for p in r["losses"]], label=label, **style)
+        a1.set_xlabel("optimizer step")
+        a2.set_xlabel("tokens trained (cumulative, non-padding)")
+        for ax in (a1, a2):
+            ax.set_ylabel("train loss")
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7)
+        fig.suptitle(f"{MODEL_NAMES.get(m, m)}, {d}: pad vs flatten vs pack")
+        fig.tight_layout()
+        path = os.path.join(out, f"loss-{m}-{d}.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        made.append(path)
+    return made
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("make-model")
+    p.add_argument("--out", required=True)
+    p.add_argument("--tokenizer-from", required=True)
+    p.add_argument("--shape", choices=sorted(SHAPES), required=True)
+    for name in ("fptrain-run", "peer"):
+        p = sub.add_parser(name)
+        p.add_argument("--model", required=True)
+        p.add_argument("--dataset", required=True)
+        p.add_argument("--mode", required=True)
+        if name == "fptrain-run":
+            p.add_argument("--run", required=True)
+            p.add_argument("--warmup-steps", type=int, default=1, help="steps left out of tokens/s")
+            p.add_argument("--world-size", type=int, default=1)
+    p = sub.add_parser("line")
+    p.add_argument("json")
+    p = sub.add_parser("report")
+    p.add_argument("--out", required=True)
+    p.add_argument("--runs", nargs="+", required=True)
+    p.add_argument("--note", default="")
+    argv = sys.argv[1:]
+    rest = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, rest = argv[:i], argv[i + 1:]
+    a = ap.parse_args(argv)
+    if a.cmd == "make-model":
+        make_model(a)
+    elif a.cmd == "fptrain-run":
+        fptrain_run(a)
+    elif a.cmd == "line":
+        r = json.load(open(a.json))
+        print(f"{r.get('steps')} steps, {r['tokens_per_s_per_gpu']:.0f} tokens/s per GPU, "
+              f"final loss {r['last_loss']:.3f}" + (f", attention {r['attention']}" if r.get("attention") else ""))
+    elif a.cmd == "peer":
+        peer(a, rest)
+    else:
+        report(a)
+
+
+if __name__ == "__main__":
+    main()
