@@ -85,16 +85,9 @@ TEST_P(KillOneRank, TheSurvivorExitsNonZeroInTimeAndNothingIsLeftBehind) {
 INSTANTIATE_TEST_SUITE_P(Ranks, KillOneRank, ::testing::Values(1, 0),
                          [](const auto& info) { return "rank" + std::to_string(info.param); });
 
-// DISABLED: fails about one run in two (see the report). When rank 0, the
-// store's host, dies, rank 1 must say that it lost the store (hosted by rank 0),
-// in one line. Today the wording depends on which store call notices first:
-//   - "Connection reset by peer" and a LibTorch backtrace, naming neither rank 0
-//     nor the store, when it is a call outside the wrapped waits (the clean-up
-//     deleteKey/add of Group::all_gather_text, StoreCommunicator::done_reading,
-//     reduce_scatter_sum's deleteKey, stop_vote's add);
-//   - "no data from rank 0 ... within 5 s (distributed.timeout)" although no
-//     time passed, when LibTorch says "Failed to recv, got 0 bytes":
-//     store_connection_lost (distributed/store_errors.h) looks for "failed to recv".
+// When rank 0, the store's host, dies, rank 1 says in one line that it lost the
+// store (hosted by rank 0), whichever store call notices first (every one goes
+// through distributed::with_store).
 TEST(KillTheStoreHost, ALostStoreIsReportedAsSuch) {
   for (int attempt = 0; attempt < 4; ++attempt) {
     SCOPED_TRACE("attempt " + std::to_string(attempt));

@@ -1,0 +1,67 @@
+// Data parallelism through NCCL on two GPUs (skipped with fewer): the same
+// equalities and failure behaviour that tests/distributed proves on CPU
+// processes over the store, now on the NCCL path (ProcessGroupNCCL, the
+// gradient reducer's hooks on the autograd device thread, the all-gathers
+// waited for stage by stage).
+#include "tests/distributed/dist_test_util.h"
+
+#include <ATen/cuda/CUDAContext.h>
+
+#include <thread>
+
+namespace fptrain::distributed::testing {
+namespace {
+
+constexpr const char* kData = "tokens.jsonl";
+
+bool two_gpus() { return at::hasCUDA() && at::cuda::device_count() >= 2; }
+
+// The tiny fixture model on the GPU, fp32 (the reference attention runs any head size).
+std::vector<std::string> on_gpu(std::vector<std::string> sets) {
+  return with(std::move(sets), {"device=cuda", "model.dtype=float32", "model.attention=reference"});
+}
+
+TEST(NcclDataParallel, TwoGpusOfFourEqualOneGpuOfEightInFp32) {
+  if (!two_gpus()) GTEST_SKIP() << "needs two GPUs";
+  WorkDir dir;
+  const auto one = train_run(dir, "one", 1, kData, "",
+                             on_gpu({"training.max_steps=10", "batching.examples_per_micro_batch=8"}));
+  for (const char* shard : {"true", "false"}) {
+    const auto two = train_run(dir, std::string("two-") + shard, 2, kData, "",
+                               on_gpu({"training.max_steps=10", "batching.examples_per_micro_batch=4",
+                                       std::string("distributed.shard_optimizer=") + shard,
+                                       "distributed.bucket_mb=1"}));
+    ASSERT_EQ(one.records.size(), 10u);
+    EXPECT_NE(two.outcome.outputs[0].find("(nccl)"), std::string::npos) << two.outcome.outputs[0];
+    expect_same_steps(two.records, one.records, 1e-5);
+    expect_weights_close(checkpoint_of(two.dir, 10), checkpoint_of(one.dir, 10));
+  }
+}
+
+TEST(NcclDataParallel, AKilledRankMakesTheOtherExitNamingIt) {
+  if (!two_gpus()) GTEST_SKIP() << "needs two GPUs";
+  constexpr int kTimeout = 10;
+  WorkDir dir;
+  const fs::path run = dir / "run";
+  const fs::path cfg = dir.write("c.yaml", dp_config(run, kData));
+  const auto args = train_args(cfg, on_gpu({"training.max_steps=1000000", "batching.examples_per_micro_batch=4",
+                                            "distributed.timeout=" + std::to_string(kTimeout)}));
+  auto procs = start_ranks(dir, "run", {args, args});
+  const auto deadline = Clock::now() + std::chrono::seconds(120);
+  while (Clock::now() < deadline && train_records(run).empty() && procs[0]->running() && procs[1]->running())
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_FALSE(train_records(run).empty()) << procs[0]->output();
+  ASSERT_EQ(::kill(procs[1]->pid(), SIGKILL), 0);
+  const auto killed = Clock::now();
+  const bool ended = procs[0]->wait_for(std::chrono::seconds(kTimeout + 30));
+  const std::string out = procs[0]->output();
+  if (!ended) {
+    for (auto& p : procs) p->kill_hard();
+    FAIL() << "rank 0 still ran " << seconds_since(killed) << " s after rank 1 was killed\n" << out;
+  }
+  EXPECT_NE(procs[0]->exit_code(), 0) << out;
+  EXPECT_TRUE(some_error_matches(out, R"(rank 1\b)")) << out;
+}
+
+}  // namespace
+}  // namespace fptrain::distributed::testing
