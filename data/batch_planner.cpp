@@ -73,4 +73,24 @@ std::vector<int> assign_ranks(const std::vector<int64_t>& tokens, int world_size
   return rank;
 }
 
+std::vector<DealtMicroBatch> deal_to_ranks(const std::vector<int64_t>& lengths, int world_size,
+                                           int64_t per_micro_batch) {
+  const std::vector<int> rank_of = assign_ranks(lengths, world_size, /*balance=*/true);
+  std::vector<DealtMicroBatch> out;
+  const size_t n = static_cast<size_t>(per_micro_batch);
+  for (int r = 0; r < world_size; ++r) {
+    DealtMicroBatch mb{r, {}};
+    for (size_t i = 0; i < lengths.size(); ++i) {
+      if (rank_of[i] != r) continue;
+      mb.examples.push_back(i);
+      if (mb.examples.size() == n) {
+        out.push_back(std::move(mb));
+        mb = DealtMicroBatch{r, {}};
+      }
+    }
+    if (!mb.examples.empty()) out.push_back(std::move(mb));
+  }
+  return out;
+}
+
 }  // namespace fptrain::data

@@ -25,4 +25,15 @@ std::vector<std::vector<size_t>> plan_pack_window(const std::vector<int64_t>& le
 // (token sums balanced); otherwise round-robin (micro-batch j -> rank j % W).
 std::vector<int> assign_ranks(const std::vector<int64_t>& tokens, int world_size, bool balance);
 
+// One step's examples (their lengths, in stream order) dealt to the ranks for
+// flatten with balance_ranks: assign_ranks with balance, then each rank's
+// examples, in stream order, cut into micro-batches of at most `per_micro_batch`.
+// Micro-batches come rank by rank.
+struct DealtMicroBatch {
+  int rank = 0;
+  std::vector<size_t> examples;  // indices into the step's examples
+};
+std::vector<DealtMicroBatch> deal_to_ranks(const std::vector<int64_t>& lengths, int world_size,
+                                           int64_t per_micro_batch);
+
 }  // namespace fptrain::data

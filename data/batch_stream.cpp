@@ -208,7 +208,6 @@ PackedBatch BatchStream::build(const MicroBatchPlan& plan) const {
 // micro-batches of examples_per_micro_batch.
 std::vector<BatchStream::MicroBatchPlan> BatchStream::balance_across_ranks(std::vector<MicroBatchPlan> plans,
                                                                           std::vector<int>& ranks) const {
-  const int W = options_.world_size;
   std::vector<std::shared_ptr<const ProcessedExample>> pool;
   std::vector<int64_t> lengths;
   for (auto& p : plans)
@@ -216,19 +215,14 @@ std::vector<BatchStream::MicroBatchPlan> BatchStream::balance_across_ranks(std::
       lengths.push_back(e->length());
       pool.push_back(std::move(e));
     }
-  const std::vector<int> rank_of = assign_ranks(lengths, W, /*balance=*/true);
-  std::vector<std::vector<std::shared_ptr<const ProcessedExample>>> per_rank(W);
-  for (size_t i = 0; i < pool.size(); ++i) per_rank[rank_of[i]].push_back(std::move(pool[i]));
   std::vector<MicroBatchPlan> out;
   ranks.clear();
-  const size_t n = static_cast<size_t>(options_.examples_per_micro_batch);
-  for (int r = 0; r < W; ++r)
-    for (size_t k = 0; k < per_rank[r].size(); k += n) {
-      const size_t end = std::min(per_rank[r].size(), k + n);
-      out.push_back(make_plan({per_rank[r].begin() + static_cast<std::ptrdiff_t>(k),
-                               per_rank[r].begin() + static_cast<std::ptrdiff_t>(end)}));
-      ranks.push_back(r);
-    }
+  for (const DealtMicroBatch& mb : deal_to_ranks(lengths, options_.world_size, options_.examples_per_micro_batch)) {
+    std::vector<std::shared_ptr<const ProcessedExample>> exs;
+    for (size_t i : mb.examples) exs.push_back(pool[i]);
+    out.push_back(make_plan(std::move(exs)));
+    ranks.push_back(mb.rank);
+  }
   return out;
 }
 

@@ -38,9 +38,8 @@ std::vector<MicroBatchSummary> plan_fixed(const std::vector<ExampleSummary>& ite
 // the step's examples (world x micro_batches_per_step groups of n) go to the
 // ranks by length, each rank's cut into micro-batches of n in stream order.
 std::vector<MicroBatchSummary> plan_flatten_balanced(const std::vector<ExampleSummary>& items, const DataOptions& o) {
-  const int W = o.world_size;
-  const size_t n = static_cast<size_t>(o.examples_per_micro_batch);
-  const size_t per_step = n * static_cast<size_t>(W * o.micro_batches_per_step);
+  const size_t per_step =
+      static_cast<size_t>(o.examples_per_micro_batch) * static_cast<size_t>(o.world_size * o.micro_batches_per_step);
   std::vector<const ExampleSummary*> trained;
   for (const ExampleSummary& it : items)
     if (it.trained) trained.push_back(&it);
@@ -49,21 +48,14 @@ std::vector<MicroBatchSummary> plan_flatten_balanced(const std::vector<ExampleSu
     const size_t end = std::min(trained.size(), start + per_step);
     std::vector<int64_t> lengths;
     for (size_t i = start; i < end; ++i) lengths.push_back(trained[i]->length);
-    const std::vector<int> rank_of = assign_ranks(lengths, W, /*balance=*/true);
-    for (int r = 0; r < W; ++r) {
+    for (const DealtMicroBatch& dealt : deal_to_ranks(lengths, o.world_size, o.examples_per_micro_batch)) {
       MicroBatchSummary mb;
-      size_t count = 0;
-      for (size_t i = 0; i < lengths.size(); ++i) {
-        if (rank_of[i] != r) continue;
+      mb.rank = dealt.rank;
+      for (size_t i : dealt.examples) {
         mb.tokens += trained[start + i]->length;
         mb.supervised += trained[start + i]->supervised;
-        mb.rank = r;
-        if (++count % n == 0) {
-          out.push_back(mb);
-          mb = MicroBatchSummary{};
-        }
       }
-      if (count % n != 0) out.push_back(mb);
+      out.push_back(mb);
     }
   }
   return out;

@@ -86,9 +86,11 @@ void MetricsLogger::write(const nlohmann::json& j) {
 MemoryStats MetricsLogger::peak_memory() const {
   MemoryStats m = memory_stats(device_.device);
   if (scope_.max_over_ranks) {
-    m.peak_allocated_bytes = scope_.max_over_ranks(m.peak_allocated_bytes);
-    m.peak_reserved_bytes = scope_.max_over_ranks(m.peak_reserved_bytes);
-    m.peak_rss_bytes = scope_.max_over_ranks(m.peak_rss_bytes);
+    const std::vector<int64_t> top =
+        scope_.max_over_ranks({m.peak_allocated_bytes, m.peak_reserved_bytes, m.peak_rss_bytes});
+    m.peak_allocated_bytes = top.at(0);
+    m.peak_reserved_bytes = top.at(1);
+    m.peak_rss_bytes = top.at(2);
   }
   return m;
 }

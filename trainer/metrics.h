@@ -46,9 +46,10 @@ struct StepRecord {
 struct MetricsScope {
   int world_size = 1;
   bool writer = true;  // rank 0: console, metrics.jsonl
-  // The largest value over the ranks (peak memory); called at the same log
-  // steps on every rank. Unset: this rank's value.
-  std::function<int64_t(int64_t)> max_over_ranks;
+  // Element by element, the largest values over the ranks (the peak memory
+  // figures, in one exchange); called at the same log steps on every rank.
+  // Unset: this rank's values.
+  std::function<std::vector<int64_t>(const std::vector<int64_t>&)> max_over_ranks;
 };
 
 struct RunTotals {

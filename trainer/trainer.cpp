@@ -31,6 +31,7 @@
 #include <chrono>
 #include <csignal>
 #include <limits>
+#include <sstream>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -321,10 +322,15 @@ void Run::set_up() {
   scope.world_size = world();
   scope.writer = leader();
   if (group_)
-    scope.max_over_ranks = [this](int64_t v) {
-      int64_t top = v;
-      for (const auto& s : group_->all_gather_text("max/" + std::to_string(++gather_seq_), std::to_string(v)))
-        top = std::max<int64_t>(top, std::stoll(s));
+    scope.max_over_ranks = [this](const std::vector<int64_t>& mine) {
+      std::string text;
+      for (int64_t v : mine) text += std::to_string(v) + " ";
+      std::vector<int64_t> top = mine;
+      for (const auto& s : group_->all_gather_text("max/" + std::to_string(++gather_seq_), text)) {
+        std::istringstream in(s);
+        int64_t v = 0;
+        for (size_t i = 0; i < top.size() && in >> v; ++i) top[i] = std::max(top[i], v);
+      }
       return top;
     };
   metrics_ = std::make_unique<MetricsLogger>(output_dir_, total_steps_, model_.config.num_parameters(), device_, step_,
