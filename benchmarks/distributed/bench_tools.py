@@ -25,20 +25,13 @@ import shutil
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from random_model import SHAPES, make_random_model  # noqa: E402
+
 PEAK_FLOPS = 989e12  # dense bf16, H100/H200 SXM
 GIB = 2**30
 
-SHAPES = {
-    # Llama-2-7B
-    "llama2-7b": dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
-                      num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096),
-    # the same structure, small enough to try the whole benchmark on a CPU
-    "tiny": dict(vocab_size=2048, hidden_size=128, intermediate_size=352, num_hidden_layers=2,
-                 num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=4096),
-}
 SHAPE_NAMES = {"llama2-7b": "Llama-2-7B", "llama-1b": "Llama-3.2-1B"}
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
-                   "chat_template.jinja")
 
 # The targets.
 TARGET_SCALING = 0.95       # fptrain per-GPU tokens/s at 2 GPUs over its 1-GPU rate
@@ -47,48 +40,7 @@ TARGET_VS_PEER = 1.5        # fptrain per-GPU tokens/s over the transformers DDP
 
 
 def make_model(a):
-    import torch
-    import transformers
-    from transformers import AutoModelForCausalLM, LlamaConfig
-    transformers.utils.logging.disable_progress_bar()
-    stamp = os.path.join(a.out, ".bench-shape")
-    if os.path.exists(stamp) and open(stamp).read() == a.shape:
-        print(f"{a.out}: already made ({a.shape})")
-        return
-    tok_cfg = json.load(open(os.path.join(a.tokenizer_from, "config.json")))
-    shutil.rmtree(a.out, ignore_errors=True)
-    t0 = time.time()
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    config = LlamaConfig(**SHAPES[a.shape], rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
-                         bos_token_id=tok_cfg.get("bos_token_id", 1), eos_token_id=tok_cfg.get("eos_token_id", 2),
-                         pad_token_id=tok_cfg.get("pad_token_id"), architectures=["LlamaForCausalLM"])
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-    model = model.to_empty(device=device)
-    gen = torch.Generator(device=device).manual_seed(0)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.fill_(1.0)
-            else:
-                p.normal_(0.0, 0.02, generator=gen)
-    model = model.to("cpu")  # save from host memory, whatever the library version does with CUDA tensors
-    model.save_pretrained(a.out)
-    copied = []
-    for f in TOKENIZER_FILES:
-        src = os.path.join(a.tokenizer_from, f)
-        if os.path.exists(src):
-            shutil.copy(src, os.path.join(a.out, f))
-            copied.append(f)
-    tok_vocab = tok_cfg.get("vocab_size", 0)
-    if "tokenizer.json" in copied:
-        tok_vocab = len(json.load(open(os.path.join(a.out, "tokenizer.json")))["model"]["vocab"])
-    if tok_vocab > config.vocab_size:
-        raise SystemExit(f"the tokenizer of {a.tokenizer_from} has {tok_vocab} ids, the model {config.vocab_size}")
-    with open(stamp, "w") as f:
-        f.write(a.shape)
-    print(f"made {a.out}: {a.shape}, {model.num_parameters() / 1e9:.2f} B parameters, bf16, "
-          f"tokenizer {', '.join(copied)} ({tok_vocab} ids), {time.time() - t0:.1f} s")
+    make_random_model(a.out, a.tokenizer_from, a.shape, stamp_name=".bench-shape")
 
 
 def read_records(run):

@@ -33,23 +33,8 @@ import time
 GIB = 2**30
 HERE = os.path.dirname(os.path.abspath(__file__))
 HF_DDP = os.path.join(HERE, "..", "distributed", "hf_ddp.py")
-
-# The paper's model shapes (config.json values of the published checkpoints).
-SHAPES = {
-    "llama2-7b": ("llama", dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
-                                num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096,
-                                rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False)),
-    "mistral-7b": ("mistral", dict(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                                   num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=32768,
-                                   rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=4096,
-                                   tie_word_embeddings=False)),
-    "granite-8b-code": ("llama", dict(vocab_size=49152, hidden_size=4096, intermediate_size=14336,
-                                      num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
-                                      max_position_embeddings=4096, rms_norm_eps=1e-5, rope_theta=10000000.0,
-                                      attention_bias=True, mlp_bias=False, tie_word_embeddings=True)),
-}
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
-                   "chat_template.jinja")
+sys.path.insert(0, os.path.join(HERE, ".."))
+from random_model import SHAPES, make_random_model  # noqa: E402
 
 # What the paper (Kundu et al., arXiv 2407.09105) published, as published: FLAN_20k tokens/s per GPU
 # (8 x A100-80GB, FSDP) for padding and for online mini-batch packing with position ids (= flatten).
@@ -70,54 +55,7 @@ MODE_ORDER = ["pad", "flatten", "pack", "fixed"]
 
 
 def make_model(a):
-    import torch
-    import transformers
-    from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig
-    transformers.utils.logging.disable_progress_bar()
-    stamp = os.path.join(a.out, ".packing-shape")
-    if os.path.exists(stamp) and open(stamp).read() == a.shape:
-        print(f"{a.out}: already made ({a.shape})")
-        return
-    arch, shape = SHAPES[a.shape]
-    tok_cfg = json.load(open(os.path.join(a.tokenizer_from, "config.json")))
-    shutil.rmtree(a.out, ignore_errors=True)
-    t0 = time.time()
-    ids = dict(bos_token_id=tok_cfg.get("bos_token_id", 1), eos_token_id=tok_cfg.get("eos_token_id", 2),
-               pad_token_id=tok_cfg.get("pad_token_id"))
-    if arch == "mistral":
-        config = MistralConfig(**shape, **ids, architectures=["MistralForCausalLM"])
-    else:
-        config = LlamaConfig(**shape, **ids, architectures=["LlamaForCausalLM"])
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-    model = model.to_empty(device=device)
-    gen = torch.Generator(device=device).manual_seed(0)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.fill_(1.0)
-            elif name.endswith(".bias"):
-                p.zero_()
-            else:
-                p.normal_(0.0, 0.02, generator=gen)
-    if shape.get("tie_word_embeddings"):
-        model.tie_weights()
-    model = model.to("cpu")
-    model.save_pretrained(a.out)
-    copied = []
-    for f in TOKENIZER_FILES:
-        src = os.path.join(a.tokenizer_from, f)
-        if os.path.exists(src):
-            shutil.copy(src, os.path.join(a.out, f))
-            copied.append(f)
-    tok_vocab = tok_cfg.get("vocab_size", 0)
-    if tok_vocab > config.vocab_size:
-        raise SystemExit(f"the tokenizer of {a.tokenizer_from} has {tok_vocab} ids, the model {config.vocab_size}")
-    with open(stamp, "w") as f:
-        f.write(a.shape)
-    print(f"made {a.out}: {a.shape}, {model.num_parameters() / 1e9:.2f} B parameters, bf16, "
-          f"tokenizer {', '.join(copied)}, {time.time() - t0:.1f} s")
+    make_random_model(a.out, a.tokenizer_from, a.shape, stamp_name=".packing-shape")
 
 
 def read_metrics(run):

@@ -1,0 +1,85 @@
+"""A Hugging Face model folder at a published shape with random weights, for the
+benchmarks (nothing may be downloaded): made with transformers on the meta
+device, filled on the GPU when there is one (norms 1, biases 0, the rest
+N(0, 0.02), seeded), saved in bf16, with the tokenizer files of another folder
+(fptrain init's, trained on the benchmark's data). Used by distributed/bench_tools.py
+and packing/packing_report.py."""
+import json
+import os
+import shutil
+import time
+
+# config.json values of the published checkpoints; "tiny" keeps Llama-2's
+# structure at a size a CPU trains in seconds.
+SHAPES = {
+    "llama2-7b": ("llama", dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                                num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096,
+                                rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False)),
+    "mistral-7b": ("mistral", dict(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                                   num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=32768,
+                                   rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=4096,
+                                   tie_word_embeddings=False)),
+    "granite-8b-code": ("llama", dict(vocab_size=49152, hidden_size=4096, intermediate_size=14336,
+                                      num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
+                                      max_position_embeddings=4096, rms_norm_eps=1e-5, rope_theta=10000000.0,
+                                      attention_bias=True, mlp_bias=False, tie_word_embeddings=True)),
+    "tiny": ("llama", dict(vocab_size=2048, hidden_size=128, intermediate_size=352, num_hidden_layers=2,
+                           num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=4096,
+                           rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False)),
+}
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
+                   "chat_template.jinja")
+
+
+def make_random_model(out, tokenizer_from, shape_name, stamp_name=".random-model-shape"):
+    """Makes `out` once: a stamp file naming the shape, written last, marks a finished folder."""
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig
+    transformers.utils.logging.disable_progress_bar()
+    stamp = os.path.join(out, stamp_name)
+    if os.path.exists(stamp) and open(stamp).read() == shape_name:
+        print(f"{out}: already made ({shape_name})")
+        return
+    arch, shape = SHAPES[shape_name]
+    tok_cfg = json.load(open(os.path.join(tokenizer_from, "config.json")))
+    shutil.rmtree(out, ignore_errors=True)
+    t0 = time.time()
+    ids = dict(bos_token_id=tok_cfg.get("bos_token_id", 1), eos_token_id=tok_cfg.get("eos_token_id", 2),
+               pad_token_id=tok_cfg.get("pad_token_id"))
+    if arch == "mistral":
+        config = MistralConfig(**shape, **ids, architectures=["MistralForCausalLM"])
+    else:
+        config = LlamaConfig(**shape, **ids, architectures=["LlamaForCausalLM"])
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model = model.to_empty(device=device)
+    gen = torch.Generator(device=device).manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.fill_(1.0)
+            elif name.endswith(".bias"):
+                p.zero_()
+            else:
+                p.normal_(0.0, 0.02, generator=gen)
+    if shape.get("tie_word_embeddings"):
+        model.tie_weights()
+    model = model.to("cpu")  # save from host memory, whatever the library version does with CUDA tensors
+    model.save_pretrained(out)
+    copied = []
+    for f in TOKENIZER_FILES:
+        src = os.path.join(tokenizer_from, f)
+        if os.path.exists(src):
+            shutil.copy(src, os.path.join(out, f))
+            copied.append(f)
+    tok_vocab = tok_cfg.get("vocab_size", 0)
+    if "tokenizer.json" in copied:
+        tok_vocab = len(json.load(open(os.path.join(out, "tokenizer.json")))["model"]["vocab"])
+    if tok_vocab > config.vocab_size:
+        raise SystemExit(f"the tokenizer of {tokenizer_from} has {tok_vocab} ids, the model {config.vocab_size}")
+    with open(stamp, "w") as f:
+        f.write(shape_name)
+    print(f"made {out}: {shape_name}, {model.num_parameters() / 1e9:.2f} B parameters, bf16, "
+          f"tokenizer {', '.join(copied)} ({tok_vocab} ids), {time.time() - t0:.1f} s")
