@@ -78,7 +78,9 @@ TEST(TrainActivationCheckpointing, GradientsEqualThePlainBackward) {
 // auto starts as none and picks, per micro-batch, the cheapest mode that fits.
 TEST(TrainActivationCheckpointing, AutoPicksTheCheapestModeThatFits) {
   const Grads plain = run(0);
-  EXPECT_EQ(run(kCheckpointAuto).grads.size(), plain.grads.size());  // auto starts as none
+  const Grads automatic = run(kCheckpointAuto);  // starts as none: the very same computation
+  EXPECT_TRUE(at::equal(plain.loss, automatic.loss));
+  for (const auto& [name, g] : plain.grads) EXPECT_TRUE(at::equal(g, automatic.grads.at(name))) << name;
   const AutoCheckpointing a(32, 4096, 4096, 1024, 14336, 2, int64_t{40} << 30);
   EXPECT_GT(a.none_max_tokens(), 0);
   EXPECT_GT(a.selective_max_tokens(), a.none_max_tokens());
