@@ -202,10 +202,8 @@ PackedBatch BatchStream::build(const MicroBatchPlan& plan) const {
   return options_.batching == BatchMode::kPad ? build_padded_batch(exs, pad_id_) : build_flat_batch(exs);
 }
 
-// The step's examples, dealt to the ranks by length (assign_ranks with
-// balance: largest first onto the rank with the fewest tokens, at most
-// ceil(n / W) examples each), each rank's in stream order and cut into
-// micro-batches of examples_per_micro_batch.
+// The step's examples, dealt to the ranks by cost (deal_to_ranks: equal
+// compute per rank, each rank's examples in micro-batches of equal tokens).
 std::vector<BatchStream::MicroBatchPlan> BatchStream::balance_across_ranks(std::vector<MicroBatchPlan> plans,
                                                                           std::vector<int>& ranks) const {
   std::vector<std::shared_ptr<const ProcessedExample>> pool;
@@ -217,7 +215,9 @@ std::vector<BatchStream::MicroBatchPlan> BatchStream::balance_across_ranks(std::
     }
   std::vector<MicroBatchPlan> out;
   ranks.clear();
-  for (const DealtMicroBatch& mb : deal_to_ranks(lengths, options_.world_size, options_.examples_per_micro_batch)) {
+  for (const DealtMicroBatch& mb : deal_to_ranks(lengths, options_.world_size, options_.examples_per_micro_batch,
+                                                 options_.balance_attention_length)) {
+    if (mb.examples.empty()) continue;  // the rank's step is padded with empty micro-batches below
     std::vector<std::shared_ptr<const ProcessedExample>> exs;
     for (size_t i : mb.examples) exs.push_back(pool[i]);
     out.push_back(make_plan(std::move(exs)));

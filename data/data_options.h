@@ -59,10 +59,13 @@ struct DataOptions {
   BatchMode batching = BatchMode::kFlatten;
   int64_t examples_per_micro_batch = 8;  // flatten, pad
   // flatten with several ranks: deal the step's examples to the ranks so that
-  // their token counts match (largest first onto the lightest rank, the same
-  // number of examples each). The step's examples, and so its loss and gradient,
-  // do not change; only which rank computes which. false: consecutive groups.
+  // their compute matches (deal_to_ranks: equal cost, any number of examples
+  // each). The step's examples, and so its loss and gradient, do not change;
+  // only which rank computes which. false: consecutive groups.
   bool balance_ranks = true;
+  // The length at which an example's attention costs as much per token as the
+  // rest of the model (set from the model's shape; 0: balance tokens only).
+  int64_t balance_attention_length = 0;
   int64_t max_tokens = 0;                // pack: token budget per micro-batch (required there)
   int64_t shuffle_window = 4096;         // pack: examples best-fit-decreasing sees at once
   bool shuffle = true;                   // a seeded permutation of the epoch

@@ -36,7 +36,8 @@ std::vector<MicroBatchSummary> plan_fixed(const std::vector<ExampleSummary>& ite
 
 // Flatten with balance_ranks and several ranks, as BatchStream deals a step:
 // the step's examples (world x micro_batches_per_step groups of n) go to the
-// ranks by length, each rank's cut into micro-batches of n in stream order.
+// ranks by cost, world x k micro-batches a step (empty ones included, so a
+// full step is per_step of them as in the other modes).
 std::vector<MicroBatchSummary> plan_flatten_balanced(const std::vector<ExampleSummary>& items, const DataOptions& o) {
   const size_t per_step =
       static_cast<size_t>(o.examples_per_micro_batch) * static_cast<size_t>(o.world_size * o.micro_batches_per_step);
@@ -48,7 +49,8 @@ std::vector<MicroBatchSummary> plan_flatten_balanced(const std::vector<ExampleSu
     const size_t end = std::min(trained.size(), start + per_step);
     std::vector<int64_t> lengths;
     for (size_t i = start; i < end; ++i) lengths.push_back(trained[i]->length);
-    for (const DealtMicroBatch& dealt : deal_to_ranks(lengths, o.world_size, o.examples_per_micro_batch)) {
+    for (const DealtMicroBatch& dealt : deal_to_ranks(lengths, o.world_size, o.examples_per_micro_batch,
+                                                         o.balance_attention_length)) {
       MicroBatchSummary mb;
       mb.rank = dealt.rank;
       for (size_t i : dealt.examples) {

@@ -5,6 +5,8 @@
 # next to $OUT/summary-<phase>.txt (the device tool returns only a few files).
 #
 #   scripts/gpu-check.sh [tests|bench|all] [benchmark names...]   (default: all)
+#
+# FPTRAIN_GPU_TESTS: which test areas (a ctest regex, default '_gpu': all of them).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=${OUT:-$ROOT/gpu-out}
@@ -35,7 +37,7 @@ say "build: $(( $(date +%s) - start )) s"
 
 if [ "$PHASE" = all ] || [ "$PHASE" = tests ]; then
   start=$(date +%s)
-  (cd "$FPTRAIN_BUILD_DIR" && ctest -R '_gpu' -V -j1) >"$WORK/gpu-tests.log" 2>&1 || status=1
+  (cd "$FPTRAIN_BUILD_DIR" && ctest -R "${FPTRAIN_GPU_TESTS:-_gpu}" -V -j1) >"$WORK/gpu-tests.log" 2>&1 || status=1
   grep -E "tests passed|tests failed|\(Failed\)|\(Timeout\)|Not Run|Bf16|error|max rel" "$WORK/gpu-tests.log" | tail -40 | tee -a "$SUMMARY"
   say "gpu tests: $(( $(date +%s) - start )) s"
 fi

@@ -344,8 +344,8 @@ const std::vector<KeyDef>& key_defs() {
     t.integer("batching.grad_accumulation", "micro-batches per optimizer step", MEMBER(batching.grad_accumulation),
               1);
     t.boolean("batching.balance_ranks",
-              "flatten with several ranks: deal each step's examples to the ranks so their token counts match (the "
-              "step's examples and loss do not change); false: consecutive groups",
+              "flatten with several ranks: deal each step's examples to the ranks so their compute matches (any number "
+              "of examples each; the step's examples and loss do not change); false: consecutive groups",
               MEMBER(batching.balance_ranks));
     // optimizer
     t.number("optimizer.lr", "peak learning rate", MEMBER(optimizer.lr), 0.0, 10.0, /*lo_open=*/true);

@@ -2,9 +2,12 @@
 
 #include "attention/hopper_backend.h"
 #include "models/checkpoint.h"
+#include "models/model_config.h"
 #include "models/parameter_layout.h"
 #include "trainer/activation_checkpointing.h"
 
+#include <algorithm>
+#include <filesystem>
 #include <stdexcept>
 
 namespace fptrain::trainer {
@@ -67,6 +70,34 @@ std::shared_ptr<const tokenizer::Tokenizer> load_checked_tokenizer(const std::fi
   return tok;
 }
 
+namespace {
+
+// The example length at which attention costs as much per token as the rest of
+// the model, for balancing ranks by compute. Per token, fwd+bwd: 6 FLOPs per
+// weight of the layers and the head; per example of L tokens, causal attention
+// fwd+bwd as flash-attention counts it: 7 x layers x heads x head_dim x L^2.
+// Our attention runs at ~0.4x the GEMMs' rate (~280 vs ~700 TFLOP/s on an H200
+// at FLAN-like lengths), hence the 2.5. 0 when the config cannot be read.
+int64_t attention_cost_length(const std::filesystem::path& model_dir) {
+  models::ModelConfig m;
+  try {
+    m = models::load_model_config(model_dir / "config.json");
+  } catch (const std::exception&) {
+    return 0;
+  }
+  const double d = static_cast<double>(m.hidden_size);
+  const int64_t head_dim = m.head_dim > 0 ? m.head_dim : m.hidden_size / std::max<int64_t>(1, m.num_attention_heads);
+  const double hd = static_cast<double>(head_dim);
+  const double hq = static_cast<double>(m.num_attention_heads), hkv = static_cast<double>(m.num_key_value_heads);
+  const double layers = static_cast<double>(m.num_hidden_layers);
+  const double per_layer = d * (hq + 2 * hkv) * hd + hq * hd * d + 3 * d * static_cast<double>(m.intermediate_size);
+  const double linear = 6 * (layers * per_layer + d * static_cast<double>(m.vocab_size));
+  const double attention = 7 * layers * hq * hd * 2.5;
+  return attention > 0 ? static_cast<int64_t>(linear / attention) : 0;
+}
+
+}  // namespace
+
 data::DataOptions make_data_options(const TrainConfig& c, bool eval, int rank, int world_size) {
   data::DataOptions o;
   o.rank = rank;
@@ -83,6 +114,8 @@ data::DataOptions make_data_options(const TrainConfig& c, bool eval, int rank, i
   o.batching = c.batching.mode;
   o.examples_per_micro_batch = c.batching.examples_per_micro_batch;
   o.balance_ranks = c.batching.balance_ranks;
+  if (world_size > 1 && c.batching.balance_ranks)
+    o.balance_attention_length = attention_cost_length(c.model.path);
   o.max_tokens = c.batching.max_tokens;
   o.shuffle_window = c.data.shuffle_window;
   o.seed = c.training.seed;

@@ -164,5 +164,62 @@ TEST(AssignRanks, EqualCountsAndBalancedTokens) {
   EXPECT_LE(std::count(partial.begin(), partial.end(), 1), 3);
 }
 
+// Flatten's dealing balances cost, not counts: one long example may be a
+// rank's whole share.
+TEST(DealToRanks, OneLongExampleAgainstManyShortOnes) {
+  const auto mbs = deal_to_ranks({100, 100, 4000, 100, 100, 100, 100, 100}, 2, 4);
+  ASSERT_EQ(mbs.size(), 2u);
+  EXPECT_EQ(mbs[0].rank, 0);
+  EXPECT_EQ(mbs[0].examples, (std::vector<size_t>{2}));
+  EXPECT_EQ(mbs[1].rank, 1);
+  EXPECT_EQ(mbs[1].examples, (std::vector<size_t>{0, 1, 3, 4, 5, 6, 7}));
+  EXPECT_DOUBLE_EQ(example_cost(1000, 0), 1000.0);
+  EXPECT_DOUBLE_EQ(example_cost(1000, 500), 3000.0);  // attention doubles the per-token cost at 500
+}
+
+// Every example once; world x k micro-batches (k = the step's micro-batches per
+// rank), empty ones last in their rank, each in stream order; rank loads within
+// 2% of the best split (found by trying every subset) and never worse than
+// equal counts per rank.
+TEST(DealToRanks, NearTheBestSplitWithEqualMicroBatches) {
+  double ours_total = 0, equal_counts_total = 0, best_total = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<int64_t> len;
+    for (int x : random_lengths(16, 24, 4096, 100 + trial)) len.push_back(x);
+    const int64_t attention = trial % 2 ? 0 : 16000;
+    const auto mbs = deal_to_ranks(len, 2, 4, attention);  // k = 2
+    ASSERT_EQ(mbs.size(), 4u);
+    std::vector<int> seen(len.size(), 0);
+    std::vector<double> load(2, 0.0);
+    for (size_t m = 0; m < mbs.size(); ++m) {
+      EXPECT_EQ(mbs[m].rank, static_cast<int>(m / 2));
+      EXPECT_TRUE(std::is_sorted(mbs[m].examples.begin(), mbs[m].examples.end()));
+      for (size_t i : mbs[m].examples) {
+        ++seen[i];
+        load[mbs[m].rank] += example_cost(len[i], attention);
+      }
+    }
+    for (int c : seen) EXPECT_EQ(c, 1);
+    double best = 1e300, all = load[0] + load[1];
+    for (uint32_t mask = 0; mask < (1u << 16); ++mask) {
+      double a = 0;
+      for (size_t i = 0; i < 16; ++i)
+        if (mask >> i & 1) a += example_cost(len[i], attention);
+      best = std::min(best, std::max(a, all - a));
+    }
+    const double ours = std::max(load[0], load[1]);
+    EXPECT_LE(ours, best * 1.02) << "trial " << trial;
+    const auto equal = assign_ranks(len, 2, true);  // 8 examples each
+    double e0 = 0;
+    for (size_t i = 0; i < len.size(); ++i)
+      if (equal[i] == 0) e0 += example_cost(len[i], attention);
+    ours_total += ours;
+    best_total += best;
+    equal_counts_total += std::max(e0, all - e0);
+  }
+  EXPECT_LT(ours_total, equal_counts_total);
+  EXPECT_LE(ours_total, best_total * 1.005);
+}
+
 }  // namespace
 }  // namespace fptrain::data

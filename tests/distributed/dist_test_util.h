@@ -411,8 +411,10 @@ inline void expect_same_steps(const std::vector<Json>& got, const std::vector<Js
 // difference of larger terms its rounding is large relative to it, which AdamW's
 // g / sqrt(v) passes on undamped; 1 x 8 and 1 x 4 x 2 in one process differ the
 // same way. The bit-exact tests of data_parallel_equivalence_test.cpp pin the
-// reductions themselves down.
-inline void expect_weights_close(const fs::path& got_ckpt, const fs::path& want_ckpt) {
+// reductions themselves down. Callers whose runs differ in the first steps'
+// summation order (where AdamW's update is nearly sign(g)) pass looser bounds.
+inline void expect_weights_close(const fs::path& got_ckpt, const fs::path& want_ckpt, double l2_tol = 1e-5,
+                                 double element_tol = 1e-3) {
   const auto got = models::read_safetensors(got_ckpt / "model.safetensors");
   const auto want = models::read_safetensors(want_ckpt / "model.safetensors");
   const auto start = models::read_safetensors(fixture("llama") / "model.safetensors");
@@ -424,11 +426,11 @@ inline void expect_weights_close(const fs::path& got_ckpt, const fs::path& want_
     ASSERT_EQ(g.sizes(), t.sizes()) << name;
     const at::Tensor moved = (t - start.at(name)).to(at::kDouble), diff = (g - t).to(at::kDouble);
     ASSERT_GT(moved.abs().max().item<double>(), 0.0) << name << " did not train";
-    EXPECT_LE(diff.abs().max().item<double>(), 1e-3 * moved.abs().max().item<double>()) << name;
+    EXPECT_LE(diff.abs().max().item<double>(), element_tol * moved.abs().max().item<double>()) << name;
     diff_sq += diff.square().sum().item<double>();
     moved_sq += moved.square().sum().item<double>();
   }
-  EXPECT_LE(std::sqrt(diff_sq), 1e-5 * std::sqrt(moved_sq))
+  EXPECT_LE(std::sqrt(diff_sq), l2_tol * std::sqrt(moved_sq))
       << "relative L2 distance " << std::sqrt(diff_sq / moved_sq);
 }
 

@@ -80,7 +80,12 @@ void resume_copy_on(const WorkDir& dir, const fs::path& from, const std::string&
   const auto records = train_records(dir / name);
   expect_same_steps(records, straight.records, 1e-5);
   for (size_t i = 5; i < records.size(); ++i) EXPECT_EQ(records[i].value("world_size", 1), world);  // absent for one
-  expect_weights_close(checkpoint_of(dir / name, 10), checkpoint_of(straight.dir, 10));
+  // One rank's first five steps sum each gradient in another order than two
+  // ranks', and AdamW's first updates are nearly sign(g): the weights drift
+  // apart more than when only later steps differ. Measured over shuffle seeds
+  // (1 -> 2 ranks, both dealings): relative L2 up to 4.2e-5; 2 -> 1 and 2 -> 3
+  // stay below 1e-6. The per-step losses above hold to 1e-5 either way.
+  expect_weights_close(checkpoint_of(dir / name, 10), checkpoint_of(straight.dir, 10), 2e-4, 2e-2);
 }
 
 TEST(DataParallelResume, TwoRankCheckpointResumesOnOneAndOnThreeRanks) {
