@@ -18,7 +18,7 @@
 #
 # Knobs: FPTRAIN_DIST_GPUS (GPUs of the data-parallel runs, default 2; a list such as "2 4"
 # runs each; the targets and the parity use the first),
-# FPTRAIN_DIST_STEPS (default 30; the first 5 are not measured), FPTRAIN_DIST_RUN_TIMEOUT
+# FPTRAIN_DIST_STEPS (default 30; the first 5 are not measured), FPTRAIN_DIST_VARIANTS (below), FPTRAIN_DIST_RUN_TIMEOUT
 # (seconds a run may take, default 420), FPTRAIN_DIST_BENCH_DIR (work folder, default
 # /tmp/fptrain-dist-bench), FPTRAIN_DIST_PARITY_TOL (default 0.01). To try the plumbing
 # on a CPU: FPTRAIN_DIST_SHAPE=tiny FPTRAIN_DIST_PARITY_PRESET=tiny FPTRAIN_DIST_DEVICE=cpu
@@ -198,6 +198,16 @@ multi=0
 [ "${gpus:-0}" -ge "$NPROC" ] && multi=1
 [ "$PART" = parity ] && WORLDS="" && skip_1gpu=1
 for w in $WORLDS; do [ "${gpus:-0}" -ge "$w" ] && fptrain_bench "fptrain-${w}gpu" "$w"; done
+# FPTRAIN_DIST_VARIANTS: extra fptrain runs at the first world size with environment settings,
+# e.g. "nch8:NCCL_MAX_NCHANNELS=8 nch4:NCCL_MAX_NCHANNELS=4,NCCL_MIN_NCHANNELS=4" (rows
+# fptrain-2gpu-nch8, ...; the targets use the plain run).
+for v in ${FPTRAIN_DIST_VARIANTS:-}; do
+  [ $multi -eq 1 ] && [ "$PART" != parity ] || break
+  IFS=, read -r -a assigns <<< "${v#*:}"
+  for kv in "${assigns[@]}"; do export "${kv?}"; done
+  fptrain_bench "fptrain-${NPROC}gpu-${v%%:*}" "$NPROC"
+  for kv in "${assigns[@]}"; do unset "${kv%%=*}"; done
+done
 [ -z "${skip_1gpu:-}" ] && fptrain_bench fptrain-1gpu 1
 for w in $WORLDS; do [ "${gpus:-0}" -ge "$w" ] && hf_bench "hf-ddp-${w}gpu" "$w"; done
 [ -z "${skip_1gpu:-}" ] && hf_bench hf-1gpu 1
