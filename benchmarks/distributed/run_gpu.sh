@@ -85,7 +85,7 @@ tail -3 "$OUT/dist-prep.log"
 # The data and a model folder are there (the 7B one has make-model's stamp, written last).
 prep_ok() { [ -s "$WORK/flan.jsonl" ] && [ -s "$1/config.json" ] && { [ "$1" != "$WORK/$SHAPE" ] || [ -s "$1/.bench-shape" ]; }; }
 
-write_yaml() {  # yaml, model, examples per micro-batch, steps, log interval, output dir
+write_yaml() {  # yaml, model, examples per micro-batch, steps, log interval, output dir, [grad accumulation]
   cat > "$1" <<YAML
 model:
   path: $2
@@ -98,7 +98,7 @@ data:
 batching:
   mode: flatten
   examples_per_micro_batch: $3
-  grad_accumulation: 1
+  grad_accumulation: ${7:-1}
 optimizer:
   lr: 1.0e-4
   master_weights: true
@@ -132,17 +132,18 @@ fail() {  # name, impl, world size, log, reason
   failures=$((failures + 1))
 }
 
-# fptrain: name, world size, model folder, examples per micro-batch, steps, log interval.
-# Leaves the run in $WORK/run-NAME; adds a result line for the 7B runs (not for parity ones).
+# fptrain: name, world size, model folder, examples per micro-batch, steps, log interval,
+# [grad accumulation]. Leaves the run in $WORK/run-NAME; adds a result line for the 7B runs
+# (not for parity ones).
 fptrain_run() {
-  local name=$1 world=$2 model=$3 examples=$4 steps=$5 interval=$6 log=$OUT/dist-$1.log start
+  local name=$1 world=$2 model=$3 examples=$4 steps=$5 interval=$6 accum=${7:-1} log=$OUT/dist-$1.log start
   local run=$WORK/run-$name
   echo "== fptrain $name: $world GPU(s), $examples examples per GPU, $steps steps"
   rm -rf "$run"
   if ! prep_ok "$model"; then
     fail "$name" fptrain "$world" "$OUT/dist-prep.log" "model or data not made"; return 1
   fi
-  write_yaml "$WORK/$name.yaml" "$model" "$examples" "$steps" "$interval" "$run"
+  write_yaml "$WORK/$name.yaml" "$model" "$examples" "$steps" "$interval" "$run" "$accum"
   start=$(date +%s)
   if [ "$world" -eq 1 ]; then
     timeout -k 30 "$RUN_TIMEOUT" "$FPTRAIN" train "$WORK/$name.yaml" > "$log" 2>&1
@@ -160,25 +161,26 @@ fptrain_run() {
   return 0
 }
 
-fptrain_bench() {  # name, world size
-  fptrain_run "$1" "$2" "$WORK/$SHAPE" 4 "$STEPS" "$LOG_INTERVAL" || return 0
-  if tools fptrain-run --run "$WORK/run-$1" --name "$1" --world-size "$2" > "$WORK/res-$1.json" 2>> "$OUT/dist-$1.log"; then
+fptrain_bench() {  # name, world size, [grad accumulation]
+  fptrain_run "$1" "$2" "$WORK/$SHAPE" 4 "$STEPS" "$LOG_INTERVAL" "${3:-1}" || return 0
+  if tools fptrain-run --run "$WORK/run-$1" --name "$1" --world-size "$2" --grad-accumulation "${3:-1}" \
+       > "$WORK/res-$1.json" 2>> "$OUT/dist-$1.log"; then
     results+=("$WORK/res-$1.json"); cat "$WORK/res-$1.json"
   else
     fail "$1" fptrain "$2" "$OUT/dist-$1.log" "no readable metrics"
   fi
 }
 
-hf_bench() {  # name, world size
-  local name=$1 world=$2 log=$OUT/dist-$1.log start
+hf_bench() {  # name, world size, [grad accumulation]
+  local name=$1 world=$2 accum=${3:-1} log=$OUT/dist-$1.log start
   echo "== peer $name: transformers$([ "$world" -gt 1 ] && echo " + DDP"), $world GPU(s), 4 examples per GPU, $STEPS steps"
   if ! prep_ok "$WORK/$SHAPE"; then
     fail "$name" transformers "$world" "$OUT/dist-prep.log" "model or data not made"; return 0
   fi
   start=$(date +%s)
   timeout -k 30 "$RUN_TIMEOUT" "$PYTHON" -m torch.distributed.run --standalone --nproc_per_node "$world" \
-    "$HERE/hf_ddp.py" --model "$WORK/$SHAPE" --data "$WORK/flan.jsonl" --batch 4 --steps "$STEPS" \
-    --warmup "$LOG_INTERVAL" --name "$name" > "$WORK/$name.out" 2> "$log"
+    "$HERE/hf_ddp.py" --model "$WORK/$SHAPE" --data "$WORK/flan.jsonl" --batch 4 --grad-accum "$accum" \
+    --steps "$STEPS" --warmup "$LOG_INTERVAL" --name "$name" > "$WORK/$name.out" 2> "$log"
   local rc=$?
   echo "   exit $rc in $(( $(date +%s) - start )) s"
   cat "$WORK/$name.out" >> "$log"
@@ -208,9 +210,17 @@ for v in ${FPTRAIN_DIST_VARIANTS:-}; do
   fptrain_bench "fptrain-${NPROC}gpu-${v%%:*}" "$NPROC"
   for kv in "${assigns[@]}"; do unset "${kv%%=*}"; done
 done
-[ -z "${skip_1gpu:-}" ] && fptrain_bench fptrain-1gpu 1
+# The scaling baselines: one GPU on the same examples as the data-parallel runs (gradient
+# accumulation = world size), and the plain 1-GPU run (FPTRAIN_DIST_PLAIN_1GPU=0 skips the peer's).
+if [ -z "${skip_1gpu:-}" ]; then
+  for w in $WORLDS; do [ "${gpus:-0}" -ge "$w" ] && fptrain_bench "fptrain-1gpu-ga$w" 1 "$w"; done
+  fptrain_bench fptrain-1gpu 1
+fi
 for w in $WORLDS; do [ "${gpus:-0}" -ge "$w" ] && hf_bench "hf-ddp-${w}gpu" "$w"; done
-[ -z "${skip_1gpu:-}" ] && hf_bench hf-1gpu 1
+if [ -z "${skip_1gpu:-}" ]; then
+  for w in $WORLDS; do [ "${gpus:-0}" -ge "$w" ] && hf_bench "hf-1gpu-ga$w" 1 "$w"; done
+  [ "${FPTRAIN_DIST_PLAIN_1GPU:-1}" = 0 ] || hf_bench hf-1gpu 1
+fi
 
 parity_args=()
 if [ "$PART" = runs ]; then
