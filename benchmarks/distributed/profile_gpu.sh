@@ -9,7 +9,7 @@
 # Knobs: FPTRAIN_PROFILE_WARMUP (default 15 steps), FPTRAIN_PROFILE_STEPS (default 10),
 # FPTRAIN_DIST_BENCH_DIR (the work folder of run_gpu.sh, default /tmp/fptrain-dist-bench),
 # FPTRAIN_PROFILE_SETS (extra `--set` overrides for every run, space-separated),
-# FPTRAIN_PROFILE_VARIANTS (more 2-GPU runs, below).
+# FPTRAIN_PROFILE_VARIANTS (more 2-GPU runs, below), FPTRAIN_PROFILE_BASE=0 (only those).
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -28,9 +28,10 @@ FPTRAIN_DIST_PART=prep FPTRAIN_DIST_BENCH_DIR=$WORK OUT=$OUT bash "$HERE/run_gpu
   { tail -20 "$OUT/profile-prep.log"; exit 1; }
 
 status=0
-profile() {  # name, processes, grad accumulation, [--set overrides of this run...]
-  local name=$1 world=$2 accum=$3 run=$WORK/profile-$1
+profile() {  # name, processes, grad accumulation, [KEY=VALUE environment or key=value --set overrides...]
+  local name=$1 world=$2 accum=$3 run=$WORK/profile-$1 envs=() sets=()
   shift 3
+  for kv in "$@"; do if [[ $kv =~ ^[A-Z_][A-Z0-9_]*= ]]; then envs+=("$kv"); else sets+=("$kv"); fi; done
   rm -rf "$run"
   cat > "$WORK/profile-$name.yaml" <<YAML
 model:
@@ -62,12 +63,12 @@ resume: none
 device: cuda
 YAML
   local args=(train "$WORK/profile-$name.yaml")
-  for s in "${EXTRA[@]}" "$@"; do args+=(--set "$s"); done
+  for s in "${EXTRA[@]}" "${sets[@]}"; do args+=(--set "$s"); done
   echo "== profile $name: $world GPU(s), grad accumulation $accum, steps $((WARMUP + 1))-$((WARMUP + STEPS))"
   if [ "$world" -eq 1 ]; then
-    timeout -k 30 400 "$FPTRAIN" "${args[@]}" > "$OUT/profile-$name.log" 2>&1
+    timeout -k 30 400 env "${envs[@]}" "$FPTRAIN" "${args[@]}" > "$OUT/profile-$name.log" 2>&1
   else
-    timeout -k 30 400 "$PYTHON" -m torch.distributed.run --standalone --nproc_per_node "$world" \
+    timeout -k 30 400 env "${envs[@]}" "$PYTHON" -m torch.distributed.run --standalone --nproc_per_node "$world" \
       --no-python "$FPTRAIN" "${args[@]}" > "$OUT/profile-$name.log" 2>&1
   fi
   local rc=$?
@@ -77,9 +78,9 @@ YAML
   [ $rc -eq 0 ] && [ -s "$OUT/profile-$name.md" ] || { echo "FAILED: $name (exit $rc)"; tail -5 "$OUT/profile-$name.log"; status=1; }
   grep -E "profile:|done:" "$OUT/profile-$name.log" | tail -2
 }
-profile 2gpu 2 1
-profile 1gpu-ga2 1 2
-# FPTRAIN_PROFILE_VARIANTS: more 2-GPU profiles, "name:key=value,key=value ..."
+[ "${FPTRAIN_PROFILE_BASE:-1}" = 0 ] || { profile 2gpu 2 1; profile 1gpu-ga2 1 2; }
+# FPTRAIN_PROFILE_VARIANTS: more 2-GPU profiles, "name:key=value,KEY=VALUE ..." (lower-case keys
+# are --set overrides, upper-case ones environment variables, e.g. NCCL_PROTO=Simple).
 for v in ${FPTRAIN_PROFILE_VARIANTS:-}; do
   IFS=, read -r -a sets <<< "${v#*:}"
   profile "2gpu-${v%%:*}" 2 1 "${sets[@]}"
