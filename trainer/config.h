@@ -124,7 +124,7 @@ struct DistributedSection {
   int64_t timeout = 600;  // seconds: a dead or hung rank makes every other exit within this
   // ZeRO-1/2 (auto: on when world > 1): masters and moments split across ranks, gradients reduce-scattered.
   ShardOptimizer shard_optimizer = ShardOptimizer::kAuto;
-  int64_t bucket_mb = 64;  // gradient buckets (model dtype) reduced while the backward runs
+  int64_t bucket_mb = 512;  // gradient buckets (model dtype) reduced while the backward runs
 };
 
 struct TrainConfig {
