@@ -59,6 +59,52 @@ PackedBatch build_padded_batch(const std::vector<const ProcessedExample*>& examp
   return b;
 }
 
+int64_t row_piece_supervised(const RowPiece& piece, bool first_of_sequence) {
+  int64_t n = 0;
+  for (int64_t t = piece.begin + (first_of_sequence ? 1 : 0); t < piece.end; ++t)
+    n += piece.example->labels[static_cast<size_t>(t)] != kIgnoreLabel;
+  return n;
+}
+
+PackedBatch build_row_batch(const std::vector<Row>& rows, bool cross_example_attention) {
+  PackedBatch b;
+  size_t total = 0, pieces = 0;
+  for (const Row& row : rows)
+    for (const RowPiece& p : row) {
+      total += static_cast<size_t>(p.end - p.begin);
+      ++pieces;
+    }
+  reserve(b, total, cross_example_attention ? rows.size() : pieces);
+  auto close_sequence = [&](int64_t start) {
+    const auto end = static_cast<int32_t>(b.input_ids.size());
+    if (end == start) return;
+    b.cu_seqlens.push_back(end);
+    b.max_seqlen = std::max<int32_t>(b.max_seqlen, end - static_cast<int32_t>(start));
+  };
+  for (const Row& row : rows) {
+    int64_t seq_start = static_cast<int64_t>(b.input_ids.size());
+    for (size_t q = 0; q < row.size(); ++q) {
+      const RowPiece& p = row[q];
+      const bool first = !cross_example_attention || q == 0;
+      if (!cross_example_attention) seq_start = static_cast<int64_t>(b.input_ids.size());
+      const auto& ids = p.example->input_ids;
+      const auto& labels = p.example->labels;
+      const int64_t base = static_cast<int64_t>(b.input_ids.size());
+      b.input_ids.insert(b.input_ids.end(), ids.begin() + p.begin, ids.begin() + p.end);
+      for (int64_t t = p.begin; t < p.end; ++t) {
+        b.labels.push_back(t == p.begin && first ? kIgnoreLabel : labels[static_cast<size_t>(t)]);
+        b.position_ids.push_back(static_cast<int32_t>(base + (t - p.begin) - seq_start));
+      }
+      b.num_supervised += row_piece_supervised(p, first);
+      if (p.begin == 0) b.num_examples += 1;  // examples are counted where they start
+      if (!cross_example_attention) close_sequence(seq_start);
+    }
+    if (cross_example_attention) close_sequence(seq_start);
+  }
+  b.num_tokens = static_cast<int64_t>(b.input_ids.size());
+  return b;
+}
+
 std::string check_batch(const PackedBatch& b) {
   const size_t T = b.input_ids.size();
   if (b.labels.size() != T || b.position_ids.size() != T) return "input_ids, labels, position_ids differ in size";

@@ -23,6 +23,9 @@ std::string fingerprint_of(const DataOptions& o, const ExampleSource& src) {
   // window (pack), so it stays valid when the micro-batch size, gradient
   // accumulation or number of ranks change; pack's windows depend on these two.
   if (o.batching == BatchMode::kPack) s << '|' << o.max_tokens << '|' << o.shuffle_window;
+  if (o.batching == BatchMode::kFixed)
+    s << '|' << o.row_tokens << '|' << o.rows_per_micro_batch << '|' << o.cross_example_attention << '|'
+      << o.shuffle_window;
   uint64_t h = 1469598103934665603ull;  // FNV-1a
   for (char c : s.str()) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
   char hex[17];
@@ -71,7 +74,7 @@ void BatchStream::restore(const DataCursor& c) {
   finished_ = false;
   start_epoch(c.epoch, c.position);
   if (c.window_batches_done > 0) {
-    if (options_.batching != BatchMode::kPack || !load_window(/*account=*/false) ||
+    if (!windowed() || !load_window(/*account=*/false) ||
         static_cast<int64_t>(window_.size()) < c.window_batches_done)
       throw std::runtime_error("data cursor: window_batches_done does not match the data");
     for (int64_t i = 0; i < c.window_batches_done; ++i) window_.pop_front();
@@ -152,6 +155,7 @@ BatchStream::MicroBatchPlan BatchStream::make_plan(std::vector<std::shared_ptr<c
   }
   p.tokens = options_.batching == BatchMode::kPad ? longest * static_cast<int64_t>(exs.size()) : sum;
   p.padding = p.tokens - sum;
+  p.started = static_cast<int64_t>(exs.size());
   p.examples = std::move(exs);
   return p;
 }
@@ -168,6 +172,10 @@ bool BatchStream::load_window(bool account_it) {
     lengths.push_back(ex->length());
     used.push_back(std::move(ex));
   }
+  if (options_.batching == BatchMode::kFixed) {
+    plan_rows(used);
+    return !window_.empty();
+  }
   for (const auto& bin : plan_pack_window(lengths, options_.max_tokens, options_.seed, epoch_, window_start_)) {
     std::vector<std::shared_ptr<const ProcessedExample>> exs;
     for (size_t i : bin) exs.push_back(used[i]);
@@ -176,8 +184,47 @@ bool BatchStream::load_window(bool account_it) {
   return !window_.empty();
 }
 
+// Fixed mode: the window's examples, in stream order, concatenated and cut into
+// rows of row_tokens, rows_per_micro_batch of them a micro-batch; only the
+// window's last row and micro-batch may be shorter.
+void BatchStream::plan_rows(const std::vector<std::shared_ptr<const ProcessedExample>>& examples) {
+  const bool cross = options_.cross_example_attention;
+  MicroBatchPlan plan;
+  Row row;
+  int64_t room = options_.row_tokens;
+  auto flush_plan = [&] {
+    if (plan.rows.empty()) return;
+    for (const Row& r : plan.rows)
+      for (size_t q = 0; q < r.size(); ++q) {
+        plan.tokens += r[q].end - r[q].begin;
+        plan.supervised += row_piece_supervised(r[q], !cross || q == 0);
+        plan.started += r[q].begin == 0;
+      }
+    window_.push_back(std::move(plan));
+    plan = MicroBatchPlan{};
+  };
+  auto close_row = [&] {
+    if (!row.empty()) plan.rows.push_back(std::move(row));
+    row.clear();
+    room = options_.row_tokens;
+    if (static_cast<int64_t>(plan.rows.size()) == options_.rows_per_micro_batch) flush_plan();
+  };
+  for (const auto& ex : examples) {
+    for (int64_t at = 0; at < ex->length();) {
+      const int64_t take = std::min(room, ex->length() - at);
+      row.push_back({ex.get(), at, at + take});
+      if (plan.examples.empty() || plan.examples.back() != ex) plan.examples.push_back(ex);  // keeps it alive
+      at += take;
+      room -= take;
+      if (room == 0) close_row();
+    }
+  }
+  close_row();
+  flush_plan();
+}
+
 std::optional<BatchStream::MicroBatchPlan> BatchStream::next_micro_batch() {
-  if (options_.batching == BatchMode::kPack) {
+  if (windowed()) {
     while (window_.empty()) {
       if (feed_done()) return std::nullopt;
       load_window(/*account=*/true);
@@ -197,6 +244,7 @@ std::optional<BatchStream::MicroBatchPlan> BatchStream::next_micro_batch() {
 }
 
 PackedBatch BatchStream::build(const MicroBatchPlan& plan) const {
+  if (options_.batching == BatchMode::kFixed) return build_row_batch(plan.rows, options_.cross_example_attention);
   std::vector<const ProcessedExample*> exs;
   for (const auto& e : plan.examples) exs.push_back(e.get());
   return options_.batching == BatchMode::kPad ? build_padded_batch(exs, pad_id_) : build_flat_batch(exs);
@@ -250,7 +298,7 @@ std::optional<TrainStep> BatchStream::next_step() {
       } else {
         std::vector<int64_t> tokens;
         for (const auto& p : plans) tokens.push_back(p.tokens);
-        ranks = assign_ranks(tokens, W, options_.batching == BatchMode::kPack);
+        ranks = assign_ranks(tokens, W, windowed());
       }
       std::vector<size_t> on_rank(W, 0);
       for (int r : ranks) ++on_rank[r];
@@ -258,7 +306,7 @@ std::optional<TrainStep> BatchStream::next_step() {
       s.rank_tokens.assign(W, 0);
       for (size_t j = 0; j < plans.size(); ++j) {
         s.rank_tokens[ranks[j]] += plans[j].tokens;
-        s.global_examples += static_cast<int64_t>(plans[j].examples.size());
+        s.global_examples += plans[j].started;
         s.global_tokens += plans[j].tokens;
         s.global_padding += plans[j].padding;
         s.global_supervised += plans[j].supervised;

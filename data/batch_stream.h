@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "data/data_cursor.h"
+#include "data/batch_builder.h"
 #include "data/data_options.h"
 #include "data/example_source.h"
 #include "data/packed_batch.h"
@@ -68,9 +69,11 @@ class BatchStream {
   // Exposed for the data report.
   struct MicroBatchPlan {
     std::vector<std::shared_ptr<const ProcessedExample>> examples;
-    int64_t tokens = 0;  // padding included
+    std::vector<Row> rows;  // fixed mode: pieces of `examples`
+    int64_t tokens = 0;     // padding included
     int64_t padding = 0;
     int64_t supervised = 0;
+    int64_t started = 0;  // examples whose first token is here
   };
 
  private:
@@ -80,7 +83,9 @@ class BatchStream {
   void account(const ProcessedExample& ex);
   void check_zero_supervised(bool end_of_epoch) const;
   std::optional<MicroBatchPlan> next_micro_batch();
+  bool windowed() const { return options_.batching == BatchMode::kPack || options_.batching == BatchMode::kFixed; }
   bool load_window(bool account);
+  void plan_rows(const std::vector<std::shared_ptr<const ProcessedExample>>& examples);
   MicroBatchPlan make_plan(std::vector<std::shared_ptr<const ProcessedExample>> examples) const;
   PackedBatch build(const MicroBatchPlan& plan) const;
   std::vector<MicroBatchPlan> balance_across_ranks(std::vector<MicroBatchPlan> plans, std::vector<int>& ranks) const;
@@ -98,7 +103,7 @@ class BatchStream {
   // Processed look-ahead: results for order_[lookahead_start_ ...].
   std::deque<std::shared_ptr<const ProcessedExample>> lookahead_;
   std::deque<std::exception_ptr> lookahead_errors_;
-  // Pack mode: the current window's remaining micro-batches.
+  // Pack and fixed modes: the current window's remaining micro-batches.
   std::deque<MicroBatchPlan> window_;
   int64_t window_start_ = 0;
   int64_t window_done_ = 0;

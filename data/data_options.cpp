@@ -29,6 +29,11 @@ void validate_options(const DataOptions& o) {
             "must be >= max_length (" + std::to_string(o.max_length) + ") so every example fits");
     require(o.shuffle_window >= 1, "shuffle_window", "must be >= 1");
   }
+  if (o.batching == BatchMode::kFixed) {
+    require(o.row_tokens >= 2, "row_tokens", "is required in fixed mode (>= 2)");
+    require(o.rows_per_micro_batch >= 1, "rows_per_micro_batch", "must be >= 1");
+    require(o.shuffle_window >= 1, "shuffle_window", "must be >= 1");
+  }
   require(o.epochs >= 1, "epochs", "must be >= 1");
   require(o.world_size >= 1, "world_size", "must be >= 1");
   require(o.rank >= 0 && o.rank < o.world_size, "rank",

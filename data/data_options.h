@@ -28,7 +28,12 @@ enum class ChatLossMask { kAssistant, kLastAssistant, kAll };
 // flatten: N examples per micro-batch, concatenated (HF DataCollatorWithFlattening).
 // pad: N examples, each padded to the longest (the baseline; pads are computed).
 // pack: best-fit-decreasing into a token budget per micro-batch.
-enum class BatchMode { kFlatten, kPad, kPack };
+// fixed: offline fixed-length packing, as the packing paper's baseline: the
+//   examples concatenated in order and cut into rows of exactly row_tokens
+//   (an example may continue in the next row), rows_per_micro_batch rows a
+//   micro-batch; each piece of an example its own sequence, or each row one
+//   sequence with cross_example_attention.
+enum class BatchMode { kFlatten, kPad, kPack, kFixed };
 
 struct DataFile {
   std::filesystem::path path;
@@ -67,7 +72,12 @@ struct DataOptions {
   // rest of the model (set from the model's shape; 0: balance tokens only).
   int64_t balance_attention_length = 0;
   int64_t max_tokens = 0;                // pack: token budget per micro-batch (required there)
-  int64_t shuffle_window = 4096;         // pack: examples best-fit-decreasing sees at once
+  int64_t shuffle_window = 4096;         // pack, fixed: examples planned at once
+  int64_t row_tokens = 0;                // fixed: tokens per row (required there)
+  int64_t rows_per_micro_batch = 4;      // fixed
+  // fixed: every row one sequence, positions 0..row_tokens-1 and attention
+  // across the examples in it (the paper's packing "without position ids").
+  bool cross_example_attention = false;
   bool shuffle = true;                   // a seeded permutation of the epoch
   uint64_t seed = 0;
   int64_t epochs = 1;
@@ -130,7 +140,9 @@ struct EnumNames<data::ChatLossMask> {
 };
 template <>
 struct EnumNames<data::BatchMode> {
-  static constexpr std::array<EnumEntry<data::BatchMode>, 3> table = {
-      {{data::BatchMode::kFlatten, "flatten"}, {data::BatchMode::kPad, "pad"}, {data::BatchMode::kPack, "pack"}}};
+  static constexpr std::array<EnumEntry<data::BatchMode>, 4> table = {{{data::BatchMode::kFlatten, "flatten"},
+                                                                      {data::BatchMode::kPad, "pad"},
+                                                                      {data::BatchMode::kPack, "pack"},
+                                                                      {data::BatchMode::kFixed, "fixed"}}};
 };
 }  // namespace fptrain::common

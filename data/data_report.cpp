@@ -41,7 +41,8 @@ BatchingReport summarize(BatchMode mode, const std::vector<MicroBatchSummary>& m
     r.tokens_per_step_min = full_steps == 1 ? step_tokens : std::min(r.tokens_per_step_min, step_tokens);
     r.tokens_per_step_max = std::max(r.tokens_per_step_max, step_tokens);
     // The planner's ranks where it decided them (flatten, balanced), else as BatchStream assigns them.
-    std::vector<int> rank = assign_ranks(tokens, o.world_size, mode == BatchMode::kPack);
+    const bool balanced = mode == BatchMode::kPack || mode == BatchMode::kFixed;
+    std::vector<int> rank = assign_ranks(tokens, o.world_size, balanced);
     for (size_t j = s; j < e; ++j)
       if (mbs[j].rank >= 0) rank[j - s] = mbs[j].rank;
     std::vector<int64_t> load(o.world_size, 0);
@@ -149,6 +150,8 @@ DataReport make_data_report(const DataOptions& options, std::shared_ptr<const to
     r.available = false;
     rep.batching.push_back(r);
   }
+  if (o.row_tokens >= 2)  // fixed rows only where configured: they have no default length
+    rep.batching.push_back(summarize(BatchMode::kFixed, plan_epoch(items, BatchMode::kFixed, o, 0), o));
   return rep;
 }
 

@@ -87,11 +87,37 @@ std::vector<MicroBatchSummary> plan_pack(const std::vector<ExampleSummary>& item
   return out;
 }
 
+// Fixed mode, as BatchStream cuts each window: its trained tokens in rows of
+// row_tokens, rows_per_micro_batch a micro-batch, only the last one short.
+// Supervised tokens are shared out by tokens (the report's estimate; the
+// stream counts them exactly).
+std::vector<MicroBatchSummary> plan_rows(const std::vector<ExampleSummary>& items, const DataOptions& o) {
+  std::vector<MicroBatchSummary> out;
+  const auto window = static_cast<size_t>(o.shuffle_window);
+  const int64_t per_mb = o.row_tokens * o.rows_per_micro_batch;
+  for (size_t start = 0; start < items.size(); start += window) {
+    int64_t tokens = 0, sup = 0;
+    for (size_t i = start; i < std::min(items.size(), start + window); ++i)
+      if (items[i].trained) {
+        tokens += items[i].length;
+        sup += items[i].supervised;
+      }
+    for (int64_t done = 0; done < tokens; done += per_mb) {
+      MicroBatchSummary mb;
+      mb.tokens = std::min(per_mb, tokens - done);
+      mb.supervised = sup * mb.tokens / tokens;
+      out.push_back(mb);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<MicroBatchSummary> plan_epoch(const std::vector<ExampleSummary>& items, BatchMode mode,
                                           const DataOptions& o, int64_t epoch) {
   if (mode == BatchMode::kPack) return plan_pack(items, o, epoch);
+  if (mode == BatchMode::kFixed) return plan_rows(items, o);
   if (mode == BatchMode::kFlatten && o.world_size > 1 && o.balance_ranks) return plan_flatten_balanced(items, o);
   return plan_fixed(items, o.examples_per_micro_batch, mode == BatchMode::kPad);
 }

@@ -329,7 +329,8 @@ const std::vector<KeyDef>& key_defs() {
         [](auto& n, auto& c, auto& w) { c.data.pad_id = static_cast<int32_t>(in_range(as_int(n, w), w, 0, kMaxInt32)); },
         [](TrainConfig& c) { return c.data.pad_id ? YAML::Node(*c.data.pad_id) : omitted(); });
     t.boolean("data.shuffle", "shuffle examples each epoch (deterministic from training.seed)", MEMBER(data.shuffle));
-    t.integer("data.shuffle_window", "pack mode: examples best-fit-decreasing sees at once",
+    t.integer("data.shuffle_window",
+              "pack: examples best-fit-decreasing sees at once; fixed: examples cut into rows at once",
               MEMBER(data.shuffle_window), 1);
     t.integer("data.workers", "tokenizer threads running ahead of the model (0: inline)", MEMBER(data.workers), 0,
               256);
@@ -347,6 +348,14 @@ const std::vector<KeyDef>& key_defs() {
               "flatten with several ranks: deal each step's examples to the ranks so their compute matches (any number "
               "of examples each; the step's examples and loss do not change); false: consecutive groups",
               MEMBER(batching.balance_ranks));
+    t.integer("batching.row_tokens", "fixed: tokens per row, examples cut across rows (0: data.max_length)",
+              MEMBER(batching.row_tokens), 0, std::numeric_limits<int32_t>::max(), /*omit_zero=*/true);
+    t.integer("batching.rows_per_micro_batch", "fixed: rows per micro-batch", MEMBER(batching.rows_per_micro_batch),
+              1);
+    t.boolean("batching.cross_example_attention",
+              "fixed: each row one sequence, positions running on across examples (the packing paper's 'without "
+              "position ids'); false: each piece of an example its own sequence",
+              MEMBER(batching.cross_example_attention));
     // optimizer
     t.number("optimizer.lr", "peak learning rate", MEMBER(optimizer.lr), 0.0, 10.0, /*lo_open=*/true);
     t.custom(

@@ -70,7 +70,10 @@ struct BatchingSection {
   int64_t examples_per_micro_batch = data_defaults().examples_per_micro_batch;  // flatten and pad
   int64_t max_tokens = data_defaults().max_tokens;  // pack: token budget per micro-batch (required there)
   int64_t grad_accumulation = 1;                     // micro-batches per optimizer step
-  bool balance_ranks = data_defaults().balance_ranks;  // flatten, several ranks: deal examples by tokens
+  bool balance_ranks = data_defaults().balance_ranks;  // flatten, several ranks: deal examples by compute
+  int64_t row_tokens = 0;                                      // fixed: tokens per row (0: data.max_length)
+  int64_t rows_per_micro_batch = data_defaults().rows_per_micro_batch;  // fixed
+  bool cross_example_attention = data_defaults().cross_example_attention;  // fixed: one sequence per row
 };
 
 struct OptimizerSection {

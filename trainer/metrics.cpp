@@ -285,10 +285,17 @@ void log_run_banner(const TrainConfig& config, const models::ModelConfig& mc, co
             std::string(attention::backend_name(backend)) + " | AdamW " +
             (master_weights ? "with fp32 master weights" : "in " + models::dtype_name(dtype)) +
             (every != 0 ? " | activation checkpointing " + checkpointing_name(every) : std::string()));
-  const bool pack = config.batching.mode == data::BatchMode::kPack;
-  log::info("batching " + std::string(common::enum_name(config.batching.mode)) + " | " +
-            (pack ? std::to_string(config.batching.max_tokens) + " tokens"
-                  : std::to_string(config.batching.examples_per_micro_batch) + " examples") +
+  const data::BatchMode mode = config.batching.mode;
+  const int64_t row = config.batching.row_tokens > 0 ? config.batching.row_tokens : config.data.max_length;
+  const std::string unit =
+      mode == data::BatchMode::kPack    ? std::to_string(config.batching.max_tokens) + " tokens"
+      : mode == data::BatchMode::kFixed ? std::to_string(config.batching.rows_per_micro_batch) + " rows of " +
+                                              std::to_string(row) + " tokens (" +
+                                              (config.batching.cross_example_attention ? "one sequence per row"
+                                                                                       : "positions per example") +
+                                              ")"
+                                        : std::to_string(config.batching.examples_per_micro_batch) + " examples";
+  log::info("batching " + std::string(common::enum_name(mode)) + " | " + unit +
             " per micro-batch x " + std::to_string(config.batching.grad_accumulation) +
             " micro-batches per step | " + std::to_string(total_steps) + " steps | output " + config.output_dir);
   if (device.peak_bf16_flops) {

@@ -117,6 +117,11 @@ data::DataOptions make_data_options(const TrainConfig& c, bool eval, int rank, i
   if (world_size > 1 && c.batching.balance_ranks)
     o.balance_attention_length = attention_cost_length(c.model.path);
   o.max_tokens = c.batching.max_tokens;
+  o.row_tokens = c.batching.row_tokens > 0                       ? c.batching.row_tokens
+                 : c.batching.mode == data::BatchMode::kFixed ? c.data.max_length
+                                                               : 0;
+  o.rows_per_micro_batch = c.batching.rows_per_micro_batch;
+  o.cross_example_attention = c.batching.cross_example_attention;
   o.shuffle_window = c.data.shuffle_window;
   o.seed = c.training.seed;
   o.workers = static_cast<int>(c.data.workers);

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "data/batch_builder.h"
+#include "data/epoch_plan.h"
 #include "tests/data/test_util.h"
 
 namespace fptrain::data {
@@ -73,6 +74,8 @@ class Modes : public ::testing::TestWithParam<BatchMode> {
     o.examples_per_micro_batch = 3;
     o.max_length = 256;
     o.max_tokens = 600;
+    o.row_tokens = 200;
+    o.rows_per_micro_batch = 2;
     o.shuffle_window = 50;
     o.shuffle = true;
     o.seed = 99;
@@ -168,8 +171,60 @@ TEST_P(Modes, WorkerThreadsDoNotChangeTheStream) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Data, Modes, ::testing::Values(BatchMode::kFlatten, BatchMode::kPad, BatchMode::kPack),
+INSTANTIATE_TEST_SUITE_P(Data, Modes,
+                         ::testing::Values(BatchMode::kFlatten, BatchMode::kPad, BatchMode::kPack, BatchMode::kFixed),
                          [](const auto& info) { return std::string(common::enum_name(info.param)); });
+
+// Fixed rows are the stream's examples concatenated and cut: the same tokens
+// in the same order as flatten's, rows of exactly row_tokens but each window's
+// last, rows_per_micro_batch a micro-batch; a piece per sequence with its own
+// positions, or a row per sequence with cross_example_attention; the step
+// count planned for the data report is the stream's.
+TEST(FixedRows, CutTheConcatenationIntoRowsOfExactLength) {
+  TempDir dir;
+  const auto f = corpus(dir, 90, 4);
+  auto flat = testing::options_for(f);
+  flat.examples_per_micro_batch = 5;
+  flat.shuffle_window = 40;
+  DataPipeline reference(flat, testing::byte_tokenizer());
+  std::vector<int32_t> expected;
+  int64_t examples = 0;
+  for (const auto& mb : testing::all_micro_batches(testing::drain(reference))) {
+    expected.insert(expected.end(), mb.input_ids.begin(), mb.input_ids.end());
+    examples += mb.num_examples;
+  }
+  for (const bool cross : {false, true}) {
+    SCOPED_TRACE(cross ? "cross_example_attention" : "positions per example");
+    auto o = flat;
+    o.batching = BatchMode::kFixed;
+    o.row_tokens = 64;
+    o.rows_per_micro_batch = 3;
+    o.cross_example_attention = cross;
+    o.micro_batches_per_step = 2;
+    DataPipeline p(o, testing::byte_tokenizer());
+    const auto steps = testing::drain(p);
+    EXPECT_EQ(static_cast<int64_t>(steps.size()), count_steps(o, testing::byte_tokenizer()));
+    std::vector<int32_t> got;
+    int64_t counted = 0, short_rows = 0, short_micro_batches = 0;
+    for (const auto& mb : testing::all_micro_batches(steps)) {
+      EXPECT_EQ(check_batch(mb), "");
+      got.insert(got.end(), mb.input_ids.begin(), mb.input_ids.end());
+      counted += mb.num_examples;
+      EXPECT_LE(mb.num_tokens, 3 * 64);
+      short_micro_batches += mb.num_tokens != 3 * 64;
+      if (cross) {
+        for (size_t s = 0; s + 1 < mb.cu_seqlens.size(); ++s) short_rows += mb.cu_seqlens[s + 1] - mb.cu_seqlens[s] != 64;
+      } else {
+        EXPECT_GE(mb.cu_seqlens.size() - 1, static_cast<size_t>((mb.num_tokens + 63) / 64));  // pieces >= rows
+      }
+    }
+    EXPECT_EQ(got, expected);
+    EXPECT_EQ(counted, examples);
+    // 90 examples in windows of 40: only the last row and micro-batch of each of the 3 windows may be short.
+    EXPECT_LE(short_micro_batches, 3);
+    EXPECT_LE(short_rows, 3);
+  }
+}
 
 TEST(DataCursor, RefusesOtherOptionsOrData) {
   TempDir dir;
