@@ -7,6 +7,9 @@
 #            (optimizer.master_weights: false, as the peer's optimizer)
 #   transformers + FA2 varlen (torch's) + checkpointing, grad accumulation 2, with and without Liger Kernel
 #   transformers + Liger, no checkpointing, grad accumulation 1 (the peer's best in the issue)
+#   fptrain  selective / every-layer checkpointing with bf16 AdamW: its best at the peer's memory
+#   the seed setup again on OrcaMath-like data (longer examples), fptrain and transformers + FA2
+#   a step profile of fptrain's best setting (logging.profile_steps; profile-7b.{md,json})
 # 15 steps, the first 5 not measured. Liger travels as a wheel in .whl/ (installed
 # into the work folder). Writes $OUT/seed-7b.{json,md}.
 #   FPTRAIN_BUILD_DIR=build-gpu OUT=out benchmarks/train/seed_7b.sh
@@ -27,36 +30,40 @@ if ls "$ROOT"/.whl/liger_kernel-*.whl >/dev/null 2>&1; then
 fi
 {
   [ -s "$WORK/flan.jsonl" ] || "$PYTHON" scripts/make_dataset.py --profile flan --examples 4000 --seed 0 --out "$WORK/flan.jsonl"
+  [ -s "$WORK/orca.jsonl" ] || "$PYTHON" scripts/make_dataset.py --profile orcamath --examples 2000 --seed 0 --out "$WORK/orca.jsonl"
   [ -s "$WORK/tok/config.json" ] || "$FPTRAIN" init "$WORK/tok" --preset tiny --corpus "$WORK/flan.jsonl"
   "$PYTHON" "$TOOLS" make-model --out "$WORK/llama2-7b" --tokenizer-from "$WORK/tok" --shape llama2-7b
 } > "$OUT/seed-prep.log" 2>&1 || { echo "prep failed"; tail -20 "$OUT/seed-prep.log"; exit 1; }
 results=()
-fp() {  # name, checkpointing, grad accumulation, master weights (true: fp32 masters and moments)
-  local run=$WORK/run-$1
+fp() {  # name, checkpointing, grad accumulation, master weights (true: fp32 masters and moments), [data], [profile]
+  local run=$WORK/run-$1 data=${5:-flan} profile=${6:-0}
   rm -rf "$run"
   cat > "$WORK/$1.yaml" <<YAML
 model: {path: $WORK/llama2-7b, dtype: bfloat16, activation_checkpointing: $2}
-data: {train: $WORK/flan.jsonl, max_length: 4096, workers: 8}
+data: {train: $WORK/$data.jsonl, max_length: 4096, workers: 8}
 batching: {mode: flatten, examples_per_micro_batch: 4, grad_accumulation: $3}
 optimizer: {lr: 1.0e-4, grad_clip: 1.0, master_weights: ${4:-true}}
 schedule: {warmup_steps: 2}
 training: {max_steps: $STEPS}
-logging: {log_interval: 5}
+logging: {log_interval: 5, profile_warmup: $((profile > 0 ? 6 : 0)), profile_steps: $profile}
 checkpoint: {save_final: false}
 output_dir: $run
 resume: none
 device: cuda
 YAML
   if timeout 240 "$FPTRAIN" train "$WORK/$1.yaml" > "$OUT/seed-$1.log" 2>&1; then
+    if [ "$profile" -gt 0 ]; then
+      cp "$run/profile.md" "$OUT/profile-7b.md"; cp "$run/profile.json" "$OUT/profile-7b.json"; return 0
+    fi
     "$PYTHON" "$TOOLS" fptrain-run --run "$run" --name "$1" --world-size 1 --examples-per-gpu 4 > "$WORK/$1.json" &&
       results+=("$WORK/$1.json") && tail -1 "$WORK/$1.json"
   else
     echo "FAILED $1"; tail -5 "$OUT/seed-$1.log"
   fi
 }
-hf() {  # name, extra args...
-  local name=$1; shift
-  if timeout 240 "$PYTHON" benchmarks/distributed/hf_ddp.py --model "$WORK/llama2-7b" --data "$WORK/flan.jsonl" \
+hf() {  # name, data, extra args...
+  local name=$1 data=$2; shift 2
+  if timeout 240 "$PYTHON" benchmarks/distributed/hf_ddp.py --model "$WORK/llama2-7b" --data "$WORK/$data.jsonl" \
        --batch 4 --steps "$STEPS" --warmup 5 --name "$name" "$@" > "$WORK/$name.out" 2> "$OUT/seed-$name.log"; then
     grep '^{' "$WORK/$name.out" | tail -1 > "$WORK/$name.json" && results+=("$WORK/$name.json") && cat "$WORK/$name.json" | cut -c1-300
   else
@@ -66,9 +73,13 @@ hf() {  # name, extra args...
 fp fptrain-ckpt-ga2 every_layer 2
 fp fptrain-auto auto 1
 fp fptrain-auto-bf16-adamw auto 1 false
-hf hf-ckpt-ga2 --grad-accum 2
-hf hf-liger-ckpt-ga2 --grad-accum 2 --liger
-hf hf-liger-nockpt --liger --no-checkpointing
+fp fptrain-selective-bf16-adamw selective 1 false
+fp fptrain-ckpt-bf16-adamw every_layer 1 false
+fp fptrain-orca-ckpt-ga2 every_layer 2 true orca
+hf hf-ckpt-ga2 flan --grad-accum 2
+hf hf-liger-nockpt flan --liger --no-checkpointing
+hf hf-orca-ckpt-ga2 orca --grad-accum 2
+[ "${FPTRAIN_SEED_PROFILE:-1}" = 0 ] || fp fptrain-auto-bf16-adamw-profile auto 1 false flan 5
 "$PYTHON" - "$OUT" "${results[@]}" <<'PY'
 import datetime, json, sys
 out, files = sys.argv[1], sys.argv[2:]
@@ -91,6 +102,16 @@ with open(f"{out}/seed-7b.md", "w") as f:
     ratio("fptrain-ckpt-ga2", "hf-ckpt-ga2", "seed setup, fptrain / transformers + FA2 (target >= 1.5x)")
     ratio("fptrain-auto", "hf-liger-nockpt", "best against best, fptrain auto (fp32 masters) / transformers + Liger without checkpointing")
     ratio("fptrain-auto-bf16-adamw", "hf-liger-nockpt", "best against best with the peer's bf16 AdamW (target >= 1.5x at <= its peak memory)")
+    ratio("fptrain-orca-ckpt-ga2", "hf-orca-ckpt-ga2", "seed setup on OrcaMath-like data, fptrain / transformers + FA2 (target >= 1.4x)")
+    peer = by.get("hf-liger-nockpt")
+    if peer:
+        fits = [r for r in rows if r["name"].startswith("fptrain") and r["peak_allocated_gib"] <= peer["peak_allocated_gib"]
+                and "orca" not in r["name"]]
+        if fits:
+            best = max(fits, key=lambda r: r["tokens_per_s"])
+            f.write(f"\n- best against best at <= the peer's peak memory ({peer['peak_allocated_gib']:.1f} GiB): "
+                    f"{best['name']} ({best['peak_allocated_gib']:.1f} GiB) {best['tokens_per_s']:,.0f} / "
+                    f"{peer['tokens_per_s']:,.0f} = {best['tokens_per_s'] / peer['tokens_per_s']:.2f}x (target >= 1.5x)")
     f.write("\n")
 print(open(f"{out}/seed-7b.md").read())
 PY
