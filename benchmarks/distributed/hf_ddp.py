@@ -5,7 +5,7 @@ restarting per example, cu_seqlens for the attention), FlashAttention-2 varlen, 
 checkpointing on every layer, bf16 weights, torch.optim.AdamW(fused=True). Launched by
 torchrun, one process per GPU; prints one JSON line from rank 0: non-padding tokens/s
 (global and per GPU) over the steps after --warmup, peak memory (max over ranks), the
-attention that ran.
+attention that ran, each step's loss and non-padding tokens (all ranks), the padding tokens.
 
     torchrun --standalone --nproc_per_node 2 hf_ddp.py --model DIR --data FILE.jsonl \
         --batch 4 --steps 30 --warmup 5
@@ -15,6 +15,14 @@ Data: the same JSONL as fptrain's run, shuffled once with --seed, split across r
 way torch's DistributedSampler splits it (rank r takes positions r, r + W, r + 2W, ...),
 --batch examples per rank and step, truncated to --max-length tokens.
 
+--pad: the padded baseline instead: each micro-batch padded on the right to its longest
+example, with the attention mask; padding is neither supervised nor counted in tokens/s
+(the JSON gives the padding tokens apart). The supervised tokens are those of the flattened
+run (every token but each example's first), so both modes have the same loss.
+
+--eval-data FILE: after training, the mean token loss over every example of FILE (the same
+tokens supervised, the same collation as training, --batch examples at a time), in "eval_loss".
+
 Attention (--attn auto picks the first that can run):
   flash_attention_2  transformers' FA2 path (the flash_attn package);
   torch-varlen       FlashAttention-2 varlen as PyTorch ships it (torch.nn.attention.varlen,
@@ -23,6 +31,9 @@ Attention (--attn auto picks the first that can run):
   sdpa               transformers' SDPA with the block-diagonal mask it derives from the
                      restarting position_ids (benchmarks/train's peer attention): dense
                      over the whole stream, so slower than varlen.
+With --pad, auto takes flash_attention_2 (which unpads around the kernel) on a GPU with the
+flash_attn package and sdpa with the padding mask otherwise; torch-varlen takes only a
+flattened batch.
 
 Differences from fptrain's run, stated rather than hidden: pure bf16 AdamW (no fp32 master
 weights, no optimizer sharding: each rank holds all moments), every token supervised (the
@@ -42,7 +53,7 @@ import torch
 import torch.distributed as dist
 
 
-def pick_attention(requested, device):
+def pick_attention(requested, device, pad=False):
     """The attention implementation to run: (transformers name, name to report)."""
     has_fa2 = importlib.util.find_spec("flash_attn") is not None
     try:
@@ -54,7 +65,7 @@ def pick_attention(requested, device):
     if requested == "auto":
         if cuda and has_fa2:
             requested = "flash_attention_2"
-        elif cuda and has_torch_varlen:
+        elif cuda and has_torch_varlen and not pad:
             requested = "torch-varlen"
         else:
             requested = "sdpa"
@@ -62,7 +73,12 @@ def pick_attention(requested, device):
         if not has_fa2:
             raise SystemExit("--attn flash_attention_2: the flash_attn package is not importable")
         import flash_attn
-        return "flash_attention_2", f"flash_attention_2 (flash_attn {getattr(flash_attn, '__version__', '?')})"
+        what = ", padding mask, unpadded around the kernel" if pad else ""
+        return "flash_attention_2", f"flash_attention_2 (flash_attn {getattr(flash_attn, '__version__', '?')}{what})"
+    if pad:
+        if requested == "torch-varlen":
+            raise SystemExit("--attn torch-varlen takes a flattened batch, not --pad")
+        return "sdpa", "sdpa (padding mask)"
     if requested == "torch-varlen":
         if not has_torch_varlen:
             raise SystemExit("--attn torch-varlen: this torch has no torch.nn.attention.varlen.varlen_attn")
@@ -115,6 +131,30 @@ def load_examples(tok, path, positions, max_length):
     return out
 
 
+def pad_collate(features, pad_id):
+    """Right padding to the longest example, with the attention mask. Labels are -100 on the padding
+    and on each example's first token: the tokens DataCollatorWithFlattening supervises."""
+    longest = max(len(f["input_ids"]) for f in features)
+    ids = torch.full((len(features), longest), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(features), longest), dtype=torch.long)
+    labels = torch.full((len(features), longest), -100, dtype=torch.long)
+    for i, f in enumerate(features):
+        row = torch.tensor(f["input_ids"], dtype=torch.long)
+        ids[i, :len(row)] = row
+        mask[i, :len(row)] = 1
+        labels[i, 1:len(row)] = row[1:]
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def count_tokens(batch):
+    """(non-padding tokens, padding tokens, supervised tokens) of a collated micro-batch."""
+    total = batch["input_ids"].numel()
+    real = int(batch["attention_mask"].sum()) if "attention_mask" in batch else total
+    # the loss shifts labels by one: the label at position t + 1 is the target of position t
+    supervised = int((batch["labels"][..., 1:] != -100).sum())
+    return real, total - real, supervised
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True)
@@ -132,6 +172,9 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--name", default="hf-ddp")
     ap.add_argument("--device", default="auto", help="auto | cuda | cpu")
+    ap.add_argument("--pad", action="store_true",
+                    help="padded micro-batches (to the longest example, attention mask) instead of flattened ones")
+    ap.add_argument("--eval-data", help="JSONL whose mean token loss is reported after training")
     a = ap.parse_args()
     if a.warmup >= a.steps:
         ap.error("--warmup must be smaller than --steps")
@@ -153,7 +196,7 @@ def main():
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer, DataCollatorWithFlattening
     transformers.utils.logging.disable_progress_bar()
-    attn_name, attn_label = pick_attention(a.attn, device)
+    attn_name, attn_label = pick_attention(a.attn, device, a.pad)
 
     # The same shuffled order on every rank; rank r takes every world-th example of it.
     with open(a.data) as f:
@@ -168,7 +211,11 @@ def main():
     mine = mine[:need]
     tok = AutoTokenizer.from_pretrained(a.model)
     ids = load_examples(tok, a.data, mine, a.max_length)
-    collate = DataCollatorWithFlattening(return_flash_attn_kwargs=True, return_tensors="pt")
+    if a.pad:
+        pad_id = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
+        collate = lambda features: pad_collate(features, pad_id)  # noqa: E731
+    else:
+        collate = DataCollatorWithFlattening(return_flash_attn_kwargs=True, return_tensors="pt")
 
     dtype = torch.bfloat16 if use_cuda else torch.float32
     load = dict(dtype=dtype, attn_implementation=attn_name)
@@ -200,15 +247,18 @@ def main():
             dist.barrier()
 
     losses, tokens, start = [], 0, None
+    step_counts = []  # (non-padding, padding) tokens of this rank per step
     for step in range(a.steps):
         if step == a.warmup:  # the earlier steps pay for allocator growth, kernel selection, NCCL set-up
             sync()
             start = time.perf_counter()
-        n_tokens, step_loss = 0, 0.0
+        n_tokens, n_padding, step_loss = 0, 0, 0.0
         for micro in range(a.grad_accum):
             first = step * per_step + micro * a.batch
             batch = collate([{"input_ids": ids[i]} for i in mine[first:first + a.batch]])
-            n_tokens += batch["input_ids"].numel()
+            real, padding, _ = count_tokens(batch)
+            n_tokens += real
+            n_padding += padding
             batch = {k: (v.to(device, non_blocking=True) if torch.is_tensor(v) else v) for k, v in batch.items()}
             # DDP reduces on the last micro-batch only.
             sync_ctx = net.no_sync() if distributed and micro + 1 < a.grad_accum else contextlib.nullcontext()
@@ -221,10 +271,42 @@ def main():
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(loss.detach())
+        step_counts.append((n_tokens, n_padding))
         if step >= a.warmup:
             tokens += n_tokens
     sync()
     seconds = time.perf_counter() - start
+
+    eval_loss, eval_tokens = None, 0
+    if a.eval_data:
+        # Every rank takes every world-th example of the file; the token losses are summed over ranks.
+        with open(a.eval_data) as f:
+            n_eval = sum(1 for _ in f)
+        eval_mine = list(range(rank, n_eval, world))
+        eval_ids = load_examples(tok, a.eval_data, eval_mine, a.max_length)
+        model.eval()
+        loss_sum = torch.zeros(2, dtype=torch.float64, device=device)
+        with torch.no_grad():
+            for first in range(0, len(eval_mine), a.batch):
+                batch = collate([{"input_ids": eval_ids[i]} for i in eval_mine[first:first + a.batch]])
+                _, _, supervised = count_tokens(batch)
+                if supervised == 0:
+                    continue
+                batch = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in batch.items()}
+                mean = model(**batch, use_cache=False).loss  # mean over the batch's supervised tokens
+                loss_sum += torch.stack([mean.double() * supervised, torch.tensor(float(supervised),
+                                                                                  dtype=torch.float64, device=device)])
+        model.train()
+        if distributed:
+            dist.all_reduce(loss_sum)
+        total, eval_tokens = loss_sum.tolist()
+        eval_loss = total / eval_tokens if eval_tokens else None
+
+    counts = torch.tensor(step_counts, dtype=torch.float64, device=device)
+    if distributed:
+        dist.all_reduce(counts)  # every rank's tokens of each step
+    step_tokens = [int(x) for x in counts[:, 0].tolist()]
+    padding_tokens = int(counts[:, 1].sum())
 
     stats = torch.tensor([float(tokens), seconds,
                           torch.cuda.max_memory_allocated(device) if use_cuda else 0.0,
@@ -239,6 +321,7 @@ def main():
     if rank == 0:
         tps = global_tokens / seconds
         out = {"name": a.name, "impl": "transformers+ddp" if distributed else "transformers",
+               "mode": "pad" if a.pad else "flatten",
                "world_size": world, "attention": attn_label, "tokens_per_s": tps,
                "tokens_per_s_per_gpu": tps / world, "steps_measured": a.steps - a.warmup,
                "examples_per_gpu": a.batch, "grad_accumulation": a.grad_accum, "num_parameters": num_parameters,
@@ -246,6 +329,9 @@ def main():
                "peak_allocated_gib": peak_alloc / 2**30, "peak_reserved_gib": peak_res / 2**30,
                "first_loss": float(losses[0]), "last_loss": float(losses[-1]),
                "losses": [float(x) for x in losses], "activation_checkpointing": not a.no_checkpointing,
+               "tokens": sum(step_tokens), "padding_tokens": padding_tokens, "tokens_per_step": step_tokens,
+               "supervised": "every token but each example's first", "eval_loss": eval_loss,
+               "eval_supervised_tokens": int(eval_tokens),
                "device": torch.cuda.get_device_name(device) if use_cuda else "cpu",
                "torch": torch.__version__, "transformers": transformers.__version__}
         print(json.dumps(out), flush=True)
