@@ -11,7 +11,9 @@ attention that ran, each step's loss and non-padding tokens (all ranks), the pad
         --batch 4 --steps 30 --warmup 5
     hf_ddp.py --model DIR --data FILE.jsonl ...        # one process, no DDP (the 1-GPU rate)
 
-Data: the same JSONL as fptrain's run, shuffled once with --seed, split across ranks the
+Data: the same JSONL as fptrain's run, shuffled once with --seed (or in file order with
+--no-shuffle: then each step holds the examples that fptrain's step holds with
+data.shuffle false, so the two are timed on the same tokens), split across ranks the
 way torch's DistributedSampler splits it (rank r takes positions r, r + W, r + 2W, ...),
 --batch examples per rank and step, truncated to --max-length tokens.
 
@@ -170,6 +172,8 @@ def main():
                     help="Liger Kernel's fused RMSNorm, RoPE, SwiGLU and linear + cross-entropy (apply_liger_kernel_to_llama)")
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-shuffle", action="store_true",
+                    help="take the examples in file order: fptrain with data.shuffle false sees the same ones per step")
     ap.add_argument("--name", default="hf-ddp")
     ap.add_argument("--device", default="auto", help="auto | cuda | cpu")
     ap.add_argument("--pad", action="store_true",
@@ -202,7 +206,8 @@ def main():
     with open(a.data) as f:
         n_lines = sum(1 for _ in f)
     order = list(range(n_lines))
-    random.Random(a.seed).shuffle(order)
+    if not a.no_shuffle:
+        random.Random(a.seed).shuffle(order)
     mine = order[rank::world]
     per_step = a.batch * a.grad_accum
     need = a.steps * per_step

@@ -93,6 +93,7 @@ model:
   activation_checkpointing: every_layer
 data:
   train: $WORK/flan.jsonl
+  shuffle: false    # file order, as the peer's --no-shuffle: the same examples in every run's steps
   max_length: 4096
   workers: 8
 batching:
@@ -179,7 +180,7 @@ hf_bench() {  # name, world size, [grad accumulation]
   fi
   start=$(date +%s)
   timeout -k 30 "$RUN_TIMEOUT" "$PYTHON" -m torch.distributed.run --standalone --nproc_per_node "$world" \
-    "$HERE/hf_ddp.py" --model "$WORK/$SHAPE" --data "$WORK/flan.jsonl" --batch 4 --grad-accum "$accum" \
+    "$HERE/hf_ddp.py" --model "$WORK/$SHAPE" --data "$WORK/flan.jsonl" --no-shuffle --batch 4 --grad-accum "$accum" \
     --steps "$STEPS" --warmup "$LOG_INTERVAL" --name "$name" > "$WORK/$name.out" 2> "$log"
   local rc=$?
   echo "   exit $rc in $(( $(date +%s) - start )) s"

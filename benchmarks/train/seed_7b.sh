@@ -10,7 +10,10 @@
 #   fptrain  selective / every-layer checkpointing with bf16 AdamW: its best at the peer's memory
 #   the seed setup again on OrcaMath-like data (longer examples), fptrain and transformers + FA2
 #   a step profile of fptrain's best setting (logging.profile_steps; profile-7b.{md,json})
-# 15 steps, the first 5 not measured. Liger travels as a wheel in .whl/ (installed
+# Both sides take the examples in file order (fptrain data.shuffle false, the peer --no-shuffle),
+# so every run is timed on the same steps' tokens: with FLAN-like lengths the tokens of 4
+# examples vary by ~75% and a dozen shuffled steps differ by ±10% between runs.
+# 30 steps (FPTRAIN_SEED_STEPS), the first 5 not measured. Liger travels as a wheel in .whl/ (installed
 # into the work folder). Writes $OUT/seed-7b.{json,md}.
 #   FPTRAIN_BUILD_DIR=build-gpu OUT=out benchmarks/train/seed_7b.sh
 set -uo pipefail
@@ -22,7 +25,7 @@ WORK=${FPTRAIN_BENCH_DIR:-/tmp/fptrain-seed-7b}
 PYTHON=/opt/torch/.venv/bin/python
 [ -x "$PYTHON" ] || PYTHON=$ROOT/.venv/bin/python
 TOOLS=$ROOT/benchmarks/distributed/bench_tools.py
-STEPS=${FPTRAIN_SEED_STEPS:-15}
+STEPS=${FPTRAIN_SEED_STEPS:-30}
 mkdir -p "$OUT" "$WORK"
 cd "$ROOT" || exit 1
 if ls "$ROOT"/.whl/liger_kernel-*.whl >/dev/null 2>&1; then
@@ -40,7 +43,7 @@ fp() {  # name, checkpointing, grad accumulation, master weights (true: fp32 mas
   rm -rf "$run"
   cat > "$WORK/$1.yaml" <<YAML
 model: {path: $WORK/llama2-7b, dtype: bfloat16, activation_checkpointing: $2}
-data: {train: $WORK/$data.jsonl, max_length: 4096, workers: 8}
+data: {train: $WORK/$data.jsonl, max_length: 4096, workers: 8, shuffle: false}
 batching: {mode: flatten, examples_per_micro_batch: 4, grad_accumulation: $3}
 optimizer: {lr: 1.0e-4, grad_clip: 1.0, master_weights: ${4:-true}}
 schedule: {warmup_steps: 2}
@@ -63,7 +66,7 @@ YAML
 }
 hf() {  # name, data, extra args...
   local name=$1 data=$2; shift 2
-  if timeout 240 "$PYTHON" benchmarks/distributed/hf_ddp.py --model "$WORK/llama2-7b" --data "$WORK/$data.jsonl" \
+  if timeout 240 "$PYTHON" benchmarks/distributed/hf_ddp.py --model "$WORK/llama2-7b" --data "$WORK/$data.jsonl" --no-shuffle \
        --batch 4 --steps "$STEPS" --warmup 5 --name "$name" "$@" > "$WORK/$name.out" 2> "$OUT/seed-$name.log"; then
     grep '^{' "$WORK/$name.out" | tail -1 > "$WORK/$name.json" && results+=("$WORK/$name.json") && cat "$WORK/$name.json" | cut -c1-300
   else
