@@ -4,7 +4,8 @@
 #
 #   benchmarks/packing/reproduce.sh [--gpus N] [--models M,...] [--datasets D,...] [--examples K]
 #                                   [--out DIR] [--smoke] [--convergence | --convergence-only]
-#                                   [--convergence-examples K]
+#                                   [--convergence-examples K] [--modes M,...] [--peer-modes M,...]
+#                                   [--report-only]
 #
 #   --smoke      tiny model (fptrain init --preset tiny), CPU, fp32, --examples 48 by default: what CI runs.
 #   --models     llama2-7b,mistral-7b,granite-8b-code (default all three; --smoke: tiny)
@@ -18,6 +19,10 @@
 #                       convergence.json, convergence.md and convergence.png in the --out folder
 #   --convergence-only  the convergence study alone
 #   --convergence-examples  its training examples (default 20000; --smoke: 96)
+#   --modes      fptrain modes (default pad,flatten,pack,fixed,fixed-nopos; none: no fptrain run)
+#   --peer-modes transformers modes (default flatten,pad; none: no peer run)
+#   --report-only  no runs: the table and plots from the run results already in the work folder's json/
+#                (those of the selected models, datasets and modes), e.g. gathered from several calls
 #
 # Environment: PYTHON (default .venv/bin/python), FPTRAIN (default build/apps/fptrain),
 # FPTRAIN_PACKING_WORK (default runs/packing[/smoke]): data, models and run folders, reused between runs.
@@ -26,7 +31,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT" || exit 1
 
 SMOKE=0 GPUS=1 MODELS="" DATASETS="flan,orcamath" EXAMPLES="" OUT_DIR="" CONVERGENCE=0 MAIN=1 CONV_EXAMPLES=""
-usage() { sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+MODES="pad,flatten,pack,fixed,fixed-nopos" PEER_MODES_ARG="flatten,pad" REPORT_ONLY=0
+usage() { sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case $1 in
     --smoke) SMOKE=1 ;;
@@ -38,6 +44,9 @@ while [ $# -gt 0 ]; do
     --convergence) CONVERGENCE=1 ;;
     --convergence-only) CONVERGENCE=1 MAIN=0 ;;
     --convergence-examples) CONV_EXAMPLES=$2; shift ;;
+    --modes) MODES=$2; shift ;;
+    --peer-modes) PEER_MODES_ARG=$2; shift ;;
+    --report-only) REPORT_ONLY=1 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "reproduce.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -78,9 +87,16 @@ activation checkpointing on every layer; the loss values of random weights mean 
 fi
 IFS=, read -r -a MODEL_LIST <<< "$MODELS"
 IFS=, read -r -a DATASET_LIST <<< "$DATASETS"
-FP_MODES=(pad flatten pack fixed fixed-nopos)
-PEER_MODES=(flatten pad)
-CONV_MODES=(pad flatten pack fixed)
+FP_MODES=() PEER_MODES=()
+[ "$MODES" = none ] || IFS=, read -r -a FP_MODES <<< "$MODES"
+[ "$PEER_MODES_ARG" = none ] || IFS=, read -r -a PEER_MODES <<< "$PEER_MODES_ARG"
+for mode in "${FP_MODES[@]}"; do
+  case $mode in pad|flatten|pack|fixed|fixed-nopos) ;; *) echo "reproduce.sh: unknown mode $mode" >&2; exit 2 ;; esac
+done
+for mode in "${PEER_MODES[@]}"; do
+  case $mode in pad|flatten) ;; *) echo "reproduce.sh: unknown peer mode $mode (flatten, pad)" >&2; exit 2 ;; esac
+done
+CONV_MODES=(pad flatten flatten-1mb pack fixed)
 [ "$MAIN" = 1 ] || MODEL_LIST=() DATASET_LIST=()
 mkdir -p "$WORK/data" "$WORK/models" "$WORK/runs" "$WORK/json" "$OUT_DIR"
 LOGS=$WORK/logs; mkdir -p "$LOGS"
@@ -94,7 +110,10 @@ write_cfg() {  # file run-dir model-dir train.jsonl eval.jsonl mode lr warmup-st
   # (max_length; an example may go on in the next row), positions restarting per piece; fixed-nopos: the
   # same rows, each one sequence with attention across examples (the paper's "without position ids").
   local batching="mode: $mode, examples_per_micro_batch: $PER_GPU, max_tokens: $((PER_GPU * MAX_LEN))"
+  local accum=$GRAD_ACCUM
   case $mode in
+    flatten-1mb)  # the rounding reference: flatten's steps as one micro-batch of all their examples
+      batching="mode: flatten, examples_per_micro_batch: $((PER_GPU * GRAD_ACCUM))" accum=1 ;;
     fixed|fixed-nopos)
       local cross=false; [ "$mode" = fixed-nopos ] && cross=true
       batching="mode: fixed, row_tokens: $ROW_TOKENS, rows_per_micro_batch: $ROWS, cross_example_attention: $cross" ;;
@@ -108,7 +127,7 @@ data:
   overlong: truncate
   max_zero_supervised_fraction: 0.05   # a long prompt truncated at max_length can leave no response token
   shuffle: true
-batching: {$batching, grad_accumulation: $GRAD_ACCUM}
+batching: {$batching, grad_accumulation: $accum}
 optimizer: {lr: $lr, weight_decay: 0.0, grad_clip: 1.0, master_weights: true}
 schedule: {warmup_steps: $warmup, decay: cosine}
 training: {epochs: 1, seed: 0}
@@ -119,16 +138,6 @@ resume: none
 device: $DEVICE
 YAML
 }
-
-# fixed and fixed-nopos need a binary with batching.mode fixed; an older one skips them.
-probe=$WORK/runs/fixed-probe.yaml
-write_cfg "$probe" "$WORK/runs/fixed-probe" "$WORK/models/probe" "$WORK/data/probe.jsonl" "$WORK/data/probe.jsonl" \
-  fixed "$LR" 0 "$DTYPE" "$CKPT"
-if ! "$FPTRAIN" train "$probe" --print-config --set batching.mode=fixed > "$LOGS/fixed-probe.log" 2>&1; then
-  echo "reproduce.sh: NOTE: $FPTRAIN has no batching.mode fixed (built before it was added): skipping the modes" \
-       "fixed and fixed-nopos ($(grep -m1 -o "error.*" "$LOGS/fixed-probe.log"))"
-  FP_MODES=(pad flatten pack) CONV_MODES=(pad flatten pack)
-fi
 
 # ---- estimate ------------------------------------------------------------------------------
 n_runs=$(( ${#MODEL_LIST[@]} * ${#DATASET_LIST[@]} * (${#FP_MODES[@]} + ${#PEER_MODES[@]}) ))
@@ -162,12 +171,13 @@ make_data() {  # profile examples: the training file and the evaluation file
   [ -s "$eval" ] || "$PYTHON" scripts/make_dataset.py --profile "$d" --examples "$EVAL_EXAMPLES" --seed 1 \
     --out "$eval" || exit 1
 }
-for d in "${DATASET_LIST[@]}"; do make_data "$d" "$EXAMPLES"; done
+[ "$REPORT_ONLY" = 1 ] || for d in "${DATASET_LIST[@]}"; do make_data "$d" "$EXAMPLES"; done
 [ "$CONVERGENCE" = 1 ] && make_data flan "$CONV_EXAMPLES"
 
 # ---- models (made once) ----------------------------------------------------------------------
 first_data=$WORK/data/${DATASET_LIST[0]:-flan}-$EXAMPLES.jsonl
-for m in "${MODEL_LIST[@]}"; do
+[ "$REPORT_ONLY" = 1 ] && MAKE_MODELS=() || MAKE_MODELS=("${MODEL_LIST[@]}")
+for m in "${MAKE_MODELS[@]}"; do
   dir=$WORK/models/$m
   if [ "$m" = tiny ]; then
     [ -s "$dir/config.json" ] || "$FPTRAIN" init "$dir" --preset tiny --corpus "$first_data" \
@@ -244,6 +254,11 @@ peer_run() {  # model dataset mode: the same examples and steps as fptrain's fla
 
 for m in "${MODEL_LIST[@]}"; do
   for d in "${DATASET_LIST[@]}"; do
+    if [ "$REPORT_ONLY" = 1 ]; then  # the results of earlier calls, where they exist
+      for mode in "${FP_MODES[@]}"; do f=$WORK/json/fptrain-$m-$d-$mode.json; [ -s "$f" ] && results+=("$f"); done
+      for mode in "${PEER_MODES[@]}"; do f=$WORK/json/transformers-$m-$d-$mode.json; [ -s "$f" ] && results+=("$f"); done
+      continue
+    fi
     for mode in "${FP_MODES[@]}"; do fp_run "$m" "$d" "$mode"; done
     for mode in "${PEER_MODES[@]}"; do peer_run "$m" "$d" "$mode"; done
   done
@@ -272,14 +287,14 @@ if [ "$CONVERGENCE" = 1 ]; then
     train_run "$name" "$cfg" "$CONV_PRESET" flan "$mode"
     cruns+=("$WORK/json/$name.json")
   done
-  skipped=""
-  [ ${#CONV_MODES[@]} -lt 4 ] && skipped=" The fixed mode was skipped: this fptrain has no batching.mode fixed."
   cnote="fptrain init --preset $CONV_PRESET, one initialisation for every mode; FLAN-like data, $CONV_EXAMPLES examples,
 one epoch, max length $MAX_LEN; peak lr $CONV_LR for every mode, linear warm-up over ~3% of the mode's steps,
 cosine decay to 0; $DTYPE weights (fp32 master weights and moments), no activation checkpointing, device $DEVICE, $GPUS
 process(es). pad and flatten: $PER_GPU examples per micro-batch; pack: $((PER_GPU * MAX_LEN)) tokens of whole
 examples; fixed: $ROWS rows of exactly $ROW_TOKENS tokens, examples split across rows, positions restarting per
-piece; $GRAD_ACCUM micro-batches per step in every mode.$skipped"
+piece; $GRAD_ACCUM micro-batches per step in every mode but flatten-1mb, the rounding reference: flatten's
+steps, each as one micro-batch of $((PER_GPU * GRAD_ACCUM)) examples (the same examples and loss, other GEMM shapes
+and summation order)."
   "$PYTHON" "$TOOLS" convergence --out "$OUT_DIR" --runs "${cruns[@]}" --note "$cnote" || failures=$((failures + 1))
 fi
 el=$(( $(date +%s) - START ))
