@@ -11,6 +11,8 @@
 #include "models/parameter_layout.h"
 #include "models/rms_norm.h"
 
+#include <c10/core/GradMode.h>
+
 #include <sstream>
 #include <stdexcept>
 #include <vector>
@@ -195,29 +197,70 @@ at::Tensor CausalLM::self_attention(const LayerWeights& w, const at::Tensor& x, 
                                     const attention::VarlenSpec& spec) const {
   const int64_t T = x.size(0), D = config_.head_dim;
   const int64_t Hq = config_.num_attention_heads, Hkv = config_.num_key_value_heads;
-  auto project = [&](const at::Tensor* weight, const at::Tensor* bias, int64_t heads) {
-    return at::linear(x, *weight, or_none(bias)).view({T, heads, D});
+  LayerSinks* s = w.sinks;
+  auto project = [&](const at::Tensor* weight, const at::Tensor* bias, GradSink* sink, int64_t heads) {
+    return sink_linear(x, *weight, or_none(bias), sink).view({T, heads, D});
   };
   at::Tensor q, k;
   if (fused_ops_) {
-    RotaryOutput qk = fused_rotary(project(w.q, w.q_bias, Hq), project(w.k, w.k_bias, Hkv), rope, FusedPath::kCuda);
+    RotaryOutput qk = fused_rotary(project(w.q, w.q_bias, s ? &s->q : nullptr, Hq),
+                                   project(w.k, w.k_bias, s ? &s->k : nullptr, Hkv), rope, FusedPath::kCuda);
     q = std::move(qk.q);
     k = std::move(qk.k);
   } else {
-    q = apply_rotary(project(w.q, w.q_bias, Hq), rope);
-    k = apply_rotary(project(w.k, w.k_bias, Hkv), rope);
+    q = apply_rotary(project(w.q, w.q_bias, s ? &s->q : nullptr, Hq), rope);
+    k = apply_rotary(project(w.k, w.k_bias, s ? &s->k : nullptr, Hkv), rope);
   }
-  const at::Tensor v = project(w.v, w.v_bias, Hkv);
+  const at::Tensor v = project(w.v, w.v_bias, s ? &s->v : nullptr, Hkv);
   const at::Tensor out = attention::varlen_attention(q, k, v, spec, backend_);  // [T, Hq, D]
-  return at::linear(out.reshape({T, Hq * D}), *w.o, or_none(w.o_bias));
+  return sink_linear(out.reshape({T, Hq * D}), *w.o, or_none(w.o_bias), s ? &s->o : nullptr);
 }
 
 // SwiGLU: down(silu(gate(x)) * up(x)).
 at::Tensor CausalLM::mlp(const LayerWeights& w, const at::Tensor& x) const {
-  const at::Tensor gate = at::linear(x, *w.gate, or_none(w.gate_bias));
-  const at::Tensor up = at::linear(x, *w.up, or_none(w.up_bias));
+  LayerSinks* s = w.sinks;
+  const at::Tensor gate = sink_linear(x, *w.gate, or_none(w.gate_bias), s ? &s->gate : nullptr);
+  const at::Tensor up = sink_linear(x, *w.up, or_none(w.up_bias), s ? &s->up : nullptr);
   const at::Tensor act = fused_ops_ ? fused_swiglu(gate, up, FusedPath::kCuda) : at::silu(gate) * up;
-  return at::linear(act, *w.down, or_none(w.down_bias));
+  return sink_linear(act, *w.down, or_none(w.down_bias), s ? &s->down : nullptr);
+}
+
+void CausalLM::enable_grad_sinks() {
+  sinks_.assign(layers_.size(), LayerSinks{});
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    LayerWeights& w = layers_[l];
+    LayerSinks& s = sinks_[l];
+    const std::pair<GradSink*, const at::Tensor*> pairs[] = {
+        {&s.q, w.q}, {&s.k, w.k}, {&s.v, w.v}, {&s.o, w.o}, {&s.gate, w.gate}, {&s.up, w.up}, {&s.down, w.down}};
+    for (const auto& [sink, param] : pairs) {
+      if (!param->grad().defined() || param->grad().sizes() != param->sizes() || !param->grad().is_contiguous())
+        throw std::logic_error("CausalLM::enable_grad_sinks: a projection weight has no contiguous .grad view");
+      *sink = GradSink{param, param->grad(), false};
+    }
+    w.sinks = &s;
+  }
+}
+
+void CausalLM::begin_grad_sinks() {
+  for (LayerSinks& s : sinks_)
+    for (GradSink* g : {&s.q, &s.k, &s.v, &s.o, &s.gate, &s.up, &s.down}) g->written = false;
+}
+
+void CausalLM::finish_grad_sinks() {
+  c10::NoGradGuard no_grad;
+  for (LayerSinks& s : sinks_)
+    for (GradSink* g : {&s.q, &s.k, &s.v, &s.o, &s.gate, &s.up, &s.down})
+      if (!g->written) {
+        g->grad.zero_();  // no backward reached it this step: its gradient is zero, not last step's
+        g->written = true;
+      }
+}
+
+std::vector<const at::Tensor*> CausalLM::grad_sink_params() const {
+  std::vector<const at::Tensor*> out;
+  for (const LayerSinks& s : sinks_)
+    for (const GradSink* g : {&s.q, &s.k, &s.v, &s.o, &s.gate, &s.up, &s.down}) out.push_back(g->param);
+  return out;
 }
 
 const at::Tensor& CausalLM::head_weight() const {

@@ -4,6 +4,7 @@
 
 #include "attention/varlen_attention.h"
 #include "models/fused_ops.h"
+#include "models/grad_sink_linear.h"
 #include "models/linear_cross_entropy.h"
 #include "models/model_config.h"
 #include "models/rope.h"
@@ -92,6 +93,17 @@ class CausalLM {
   using BeforeStage = std::function<void(int64_t stage)>;
   void set_before_stage(BeforeStage hook) { before_stage_ = std::move(hook); }
 
+  // The decoder's projection weights (q, k, v, o, gate, up, down) write their
+  // gradients straight into their .grad views (models/grad_sink_linear.h). For
+  // a trainer whose flat buffer owns those views: call once they exist; then
+  // begin_grad_sinks() before a step's first backward (the views hold the last
+  // step's values, to be overwritten, so the trainer does not zero them) and
+  // finish_grad_sinks() after its last (zeroes the views no backward wrote).
+  void enable_grad_sinks();
+  void begin_grad_sinks();
+  void finish_grad_sinks();
+  std::vector<const at::Tensor*> grad_sink_params() const;  // the weights whose gradients go through sinks
+
  private:
   const at::Tensor& weight(const std::string& name) const;
   const at::Tensor& head_weight() const;  // lm_head, or the tied embedding
@@ -101,10 +113,14 @@ class CausalLM {
                            const attention::VarlenSpec& spec) const;
   // A decoder layer's parameters, looked up once at construction (the forward
   // builds no names and searches no map per layer). Biases are null when absent.
+  struct LayerSinks {
+    GradSink q, k, v, o, gate, up, down;
+  };
   struct LayerWeights {
     const at::Tensor *input_norm, *post_norm;
     const at::Tensor *q, *k, *v, *o, *q_bias, *k_bias, *v_bias, *o_bias;
     const at::Tensor *gate, *up, *down, *gate_bias, *up_bias, *down_bias;
+    LayerSinks* sinks = nullptr;  // enable_grad_sinks(); null: plain autograd
   };
   at::Tensor self_attention(const LayerWeights& w, const at::Tensor& x, const RotaryTables& rope,
                             const attention::VarlenSpec& spec) const;
@@ -119,6 +135,7 @@ class CausalLM {
   LayerRunner layer_runner_;
   LayerRunner mlp_runner_;
   std::vector<LayerWeights> layers_;
+  std::vector<LayerSinks> sinks_;  // sized once: layers_ points into it
   BeforeStage before_stage_;
   LossOptions loss_options_;
 };

@@ -106,6 +106,8 @@ class AdamW {
   // The buffers, for tests and benchmarks: [layout total] each; master undefined
   // without master weights; accumulator undefined until accumulate_gradients().
   const FlatParameters& flat() const { return *flat_; }
+  // Parameters whose gradients the backward overwrites (FlatParameters::keep_on_zero).
+  void keep_on_zero(const std::vector<const at::Tensor*>& params) { flat_->keep_on_zero(params); }
   // With sharding, master / exp_avg / exp_avg_sq hold this rank's shard
   // (layout.shard_size() elements, FlatLayout::shard_ranges order).
   const at::Tensor& master() const { return master_; }

@@ -2,6 +2,7 @@
 
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -49,6 +50,7 @@ FlatParameters::FlatParameters(FlatLayout layout, std::vector<at::Tensor> params
   }
   state_.assign(params_.size(), GradState::kView);
   collected_.assign(params_.size(), false);
+  zero_ranges_ = {{0, layout_.total()}};
 }
 
 at::Tensor FlatParameters::segment(const at::Tensor& flat, size_t i) const {
@@ -89,7 +91,30 @@ void FlatParameters::release_collected() {
 
 void FlatParameters::zero_grads() {
   c10::NoGradGuard no_grad;
-  grads_.zero_();
+  for (const auto& [begin, end] : zero_ranges_) grads_.narrow(0, begin, end - begin).zero_();
+}
+
+void FlatParameters::keep_on_zero(const std::vector<const at::Tensor*>& kept) {
+  std::vector<bool> keep(params_.size(), false);
+  for (const at::Tensor* t : kept) {
+    size_t i = 0;
+    while (i < params_.size() && !params_[i].is_same(*t)) ++i;
+    if (i == params_.size()) throw std::invalid_argument("FlatParameters::keep_on_zero: not one of the parameters");
+    keep[i] = true;
+  }
+  // The buffer minus the kept segments, as few ranges as possible (the padding between segments is zero anyway).
+  std::vector<size_t> order(params_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  const auto& segs = layout_.segments();
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return segs[a].offset < segs[b].offset; });
+  zero_ranges_.clear();
+  int64_t begin = 0;
+  for (size_t i : order) {
+    if (!keep[i]) continue;
+    if (segs[i].offset > begin) zero_ranges_.emplace_back(begin, segs[i].offset);
+    begin = segs[i].offset + segs[i].numel;
+  }
+  if (layout_.total() > begin) zero_ranges_.emplace_back(begin, layout_.total());
 }
 
 }  // namespace fptrain::trainer

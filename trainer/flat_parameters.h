@@ -51,8 +51,13 @@ class FlatParameters {
   int64_t collect_grads();
   // Sets .grad undefined again for the parameters collect_grads() took a hand-set gradient from.
   void release_collected();
-  // One memset of the gradient buffer.
+  // Zeroes the gradient buffer (one memset), except the parameters given to
+  // keep_on_zero().
   void zero_grads();
+  // Parameters (the same tensors as params()) whose gradients the next backward
+  // overwrites rather than adds to (models/grad_sink_linear.h): zero_grads()
+  // leaves their segments alone. Throws for a tensor that is not a parameter.
+  void keep_on_zero(const std::vector<const at::Tensor*>& params);
 
  private:
   enum class GradState { kView, kReleased };
@@ -62,6 +67,7 @@ class FlatParameters {
   std::vector<at::Tensor> grad_views_;  // segment views of grads_, installed as .grad
   std::vector<GradState> state_;
   std::vector<bool> collected_;
+  std::vector<std::pair<int64_t, int64_t>> zero_ranges_;  // [begin, end) of grads_ that zero_grads() clears
   at::Tensor weights_, grads_;
 };
 

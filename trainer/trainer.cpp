@@ -181,6 +181,7 @@ StepRecord Run::train_step(const data::TrainStep& ts) {
   const bool fp32_sums = config_.optimizer.fp32_grad_accumulation && optimizer_->has_master_weights();
   int64_t remaining = 0;
   for (const auto& mb : ts.micro_batches) remaining += mb.num_tokens > 0;
+  model_.model->begin_grad_sinks();
   for (const auto& mb : ts.micro_batches) {
     if (mb.num_tokens == 0) continue;  // an empty slot at the end of an epoch
     const DeviceBatch b = to_device(mb, device_.device);
@@ -200,6 +201,7 @@ StepRecord Run::train_step(const data::TrainStep& ts) {
   rec.tokens = ts.global_tokens;
   rec.padding = ts.global_padding;
   rec.supervised = ts.global_supervised;
+  model_.model->finish_grad_sinks();  // zero what no backward of this step wrote (before it is reduced)
   if (reducer_) {
     comm_clock_->before_wait();
     reducer_->finish();
@@ -414,6 +416,10 @@ void Run::make_optimizer() {
                          static_cast<int64_t>(c10::elementSize(params.front().scalar_type()));
   }
   optimizer_ = std::make_unique<AdamW>(names, params, config_.optimizer, FlatLayout::kDefaultAlignment, dp);
+  // The projection weights' gradients are written by their backward GEMMs into
+  // the flat buffer, so the buffer is not zeroed for them between steps.
+  model_.model->enable_grad_sinks();
+  optimizer_->keep_on_zero(model_.model->grad_sink_params());
   if (group_) {
     reducer_ = std::make_unique<GradReducer>(optimizer_->flat(), group_->comm(), optimizer_->sharded());
     comm_clock_ = std::make_unique<CommClock>(device_.device);

@@ -1,0 +1,75 @@
+#include "models/grad_sink_linear.h"
+
+#include <torch/autograd.h>
+
+namespace fptrain::models {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Where the weight gradient goes; the input gradient is returned.
+at::Tensor sink_backward(AutogradContext* ctx, const at::Tensor& dy, at::Tensor& dweight) {
+  const variable_list saved = ctx->get_saved_variables();
+  const at::Tensor& x = saved[0];
+  const at::Tensor& weight = saved[1];
+  auto* sink = reinterpret_cast<GradSink*>(ctx->saved_data["sink"].toInt());
+  at::Tensor dx;
+  if (ctx->needs_input_grad(0)) dx = dy.mm(weight);
+  if (!ctx->needs_input_grad(1)) return dx;
+  if (sink == nullptr || !sink->grad.defined()) {
+    dweight = dy.t().mm(x);
+    return dx;
+  }
+  if (!sink->written) {
+    at::mm_out(sink->grad, dy.t(), x);  // overwrites last step's values: nothing to zero first
+    sink->written = true;
+  } else {
+    sink->grad.add_(dy.t().mm(x));  // what AccumulateGrad does
+  }
+  // The undefined gradient returned for the weight still reaches its AccumulateGrad node, which adds
+  // nothing and runs its post-accumulate hooks (the data-parallel reducer counts on them) after this.
+  return dx;
+}
+
+// The products are those of at::linear's own backward (dy W and dy^T x for a
+// 2-D x, dy summed over tokens for the bias), so the values are the same bits.
+// With and without a bias: an undefined tensor cannot be a Function's input.
+struct SinkLinear : public torch::autograd::Function<SinkLinear> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            int64_t sink_address) {
+    ctx->save_for_backward({x, weight});
+    ctx->saved_data["sink"] = sink_address;
+    return at::linear(x, weight);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    at::Tensor dweight;
+    at::Tensor dx = sink_backward(ctx, grads[0], dweight);
+    return {dx, dweight, at::Tensor()};
+  }
+};
+
+struct SinkLinearWithBias : public torch::autograd::Function<SinkLinearWithBias> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            const at::Tensor& bias, int64_t sink_address) {
+    ctx->save_for_backward({x, weight});
+    ctx->saved_data["sink"] = sink_address;
+    return at::linear(x, weight, bias);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    at::Tensor dweight, dbias;
+    at::Tensor dx = sink_backward(ctx, grads[0], dweight);
+    if (ctx->needs_input_grad(2)) dbias = grads[0].sum(0);
+    return {dx, dweight, dbias, at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor sink_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, GradSink* sink) {
+  if (sink == nullptr || !sink->grad.defined() || x.dim() != 2) return at::linear(x, weight, bias);
+  const auto address = reinterpret_cast<int64_t>(sink);
+  return bias.defined() ? SinkLinearWithBias::apply(x, weight, bias, address) : SinkLinear::apply(x, weight, address);
+}
+
+}  // namespace fptrain::models
