@@ -298,5 +298,9 @@ and summation order)."
   "$PYTHON" "$TOOLS" convergence --out "$OUT_DIR" --runs "${cruns[@]}" --note "$cnote" || failures=$((failures + 1))
 fi
 el=$(( $(date +%s) - START ))
-echo "reproduce.sh: $n_runs runs, $failures failure(s), $((el / 60)) min $((el % 60)) s; results in $OUT_DIR"
+if [ "$REPORT_ONLY" = 1 ]; then
+  echo "reproduce.sh: report of ${#results[@]} earlier run(s), $failures failure(s); results in $OUT_DIR"
+else
+  echo "reproduce.sh: $n_runs runs, $failures failure(s), $((el / 60)) min $((el % 60)) s; results in $OUT_DIR"
+fi
 [ "$failures" = 0 ]
