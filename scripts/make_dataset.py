@@ -14,6 +14,9 @@ packing-paper experiments use these shapes):
   orcamath  lognormal, median 550, sigma 0.4, clipped to [96, 4096]: longer and
             narrow. A word problem with numbers, then a step-by-step solution
             (response share 60-85%) with arithmetic.
+  alpaca    lognormal, median 100, sigma 0.7, clipped to [16, 1024]: short
+            single-turn instructions and answers (response share 30-70%), the
+            short-document case of attention (many documents per tile).
 
 Text is English-like: 75% of the words drawn (Zipf) from a built-in list of
 common English words, 25% from a long tail of 60,000 pseudo-words built from
@@ -38,6 +41,7 @@ import numpy as np
 PROFILES = {
     "flan": {"median": 256, "sigma": 1.1, "min": 24, "max": 4096, "response_share": (0.10, 0.40), "code": 0.10},
     "orcamath": {"median": 550, "sigma": 0.4, "min": 96, "max": 4096, "response_share": (0.60, 0.85), "code": 0.0},
+    "alpaca": {"median": 100, "sigma": 0.7, "min": 16, "max": 1024, "response_share": (0.30, 0.70), "code": 0.05},
 }
 
 WORDS = """the of and to a in is that for it as with was on be by this are or from at an which not have has
