@@ -208,9 +208,12 @@ TrainingState load_training_state(const fs::path& dir, int rank, int world_size)
       throw std::runtime_error(f.string() + ": missing; the checkpoint is incomplete (its optimizer "
                                "state and RNG states are needed to resume)");
     const bool own_rng = f == files.front();  // this rank's (same sharding), or rank 0's / the only file
-    for (auto& [name, t] : models::read_safetensors(f)) {
-      if (name.rfind("optimizer.", 0) == 0) s.optimizer.emplace_back(name.substr(10), t);
-      else if (name.rfind("rng.", 0) == 0 && own_rng) s.rng.emplace_back(name.substr(4), t);
+    // Views of the mapped file, not copies: resharding opens every rank's file but copies out only
+    // the pieces this rank owns, so a rank never holds the whole optimizer state in host memory.
+    const models::SafetensorsFile file(f);
+    for (const models::SafetensorsEntry& e : file.entries()) {
+      if (e.name.rfind("optimizer.", 0) == 0) s.optimizer.emplace_back(e.name.substr(10), file.view(e));
+      else if (e.name.rfind("rng.", 0) == 0 && own_rng) s.rng.emplace_back(e.name.substr(4), file.view(e));
     }
   }
   if (s.optimizer.empty())

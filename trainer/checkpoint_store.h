@@ -43,6 +43,7 @@ struct TrainingState {
   std::string data_cursor;  // data::DataCursor::to_json()
   RunCounters counters;
   std::string config_yaml;
+  // Read-only views of the mapped state files (copy out of them; never write).
   std::vector<std::pair<std::string, at::Tensor>> optimizer;  // AdamW::state()
   std::vector<std::pair<std::string, at::Tensor>> rng;        // "cpu", "cuda:0", ...: generator states
   std::filesystem::path tensors_file;  // where `optimizer` and `rng` were read from (load_training_state)
