@@ -160,13 +160,19 @@ def max_rel_diff(a, b):
     return max(abs(x - y) / abs(y) for x, y in zip(la, lb))
 
 
-def report(a):
+def read_runs(paths):
+    """The result of each run: the last line of its JSON file (empty files skipped)."""
     runs = []
-    for path in a.runs:
+    for path in paths:
         with open(path) as f:
             text = f.read().strip()
         if text:
             runs.append(json.loads(text.splitlines()[-1]))
+    return runs
+
+
+def report(a):
+    runs = read_runs(a.runs)
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     device = next((r.get("device") for r in runs if r.get("device") and not r.get("failed")), "?")
     key = lambda r: (r["model"], r["dataset"], r["impl"], r["mode"])
@@ -330,12 +336,7 @@ def plot(out, rows):
 
 
 def convergence(a):
-    runs = []
-    for path in a.runs:
-        with open(path) as f:
-            text = f.read().strip()
-        if text:
-            runs.append(json.loads(text.splitlines()[-1]))
+    runs = read_runs(a.runs)
     runs.sort(key=lambda r: MODE_ORDER.index(r["mode"]) if r["mode"] in MODE_ORDER else 9)
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     device = next((r.get("device") for r in runs if r.get("device") and not r.get("failed")), "?")

@@ -209,6 +209,12 @@ launch() {  # a command on GPUS processes: torchrun for more than one
     "$@"
   fi
 }
+run_failed() {  # impl name model dataset mode: counts it, leaves a FAILED row for the report
+  failures=$((failures + 1))
+  echo "{\"impl\": \"$1\", \"model\": \"$3\", \"dataset\": \"$4\", \"mode\": \"$5\", \"failed\": true}" \
+    > "$WORK/json/$2.json"
+  progress "$2: FAILED (log: $LOGS/$2.log)"; tail -5 "$LOGS/$2.log"
+}
 train_run() {  # name config model dataset mode: trains, then the run's JSON line in $WORK/json/NAME.json
   local name=$1 cfg=$2 m=$3 d=$4 mode=$5 run=$WORK/runs/$1
   rm -rf "$run"
@@ -217,10 +223,7 @@ train_run() {  # name config model dataset mode: trains, then the run's JSON lin
        --warmup-steps "$WARMUP" --world-size "$GPUS" > "$WORK/json/$name.json" 2>> "$LOGS/$name.log"; then
     progress "$name: $("$PYTHON" "$TOOLS" line "$WORK/json/$name.json")"
   else
-    failures=$((failures + 1))
-    echo "{\"impl\": \"fptrain\", \"model\": \"$m\", \"dataset\": \"$d\", \"mode\": \"$mode\", \"failed\": true}" \
-      > "$WORK/json/$name.json"
-    progress "$name: FAILED (log: $LOGS/$name.log)"; tail -5 "$LOGS/$name.log"
+    run_failed fptrain "$name" "$m" "$d" "$mode"
   fi
 }
 fp_run() {  # model dataset mode
@@ -244,10 +247,7 @@ peer_run() {  # model dataset mode: the same examples and steps as fptrain's fla
      grep '^{' "$WORK/json/$name.out" | tail -1 > "$WORK/json/$name.json" && [ -s "$WORK/json/$name.json" ]; then
     progress "$name: $("$PYTHON" "$TOOLS" line "$WORK/json/$name.json")"
   else
-    failures=$((failures + 1))
-    echo "{\"impl\": \"transformers\", \"model\": \"$m\", \"dataset\": \"$d\", \"mode\": \"$mode\", \"failed\": true}" \
-      > "$WORK/json/$name.json"
-    progress "$name: FAILED (log: $LOGS/$name.log)"; tail -5 "$LOGS/$name.log"
+    run_failed transformers "$name" "$m" "$d" "$mode"
   fi
   results+=("$WORK/json/$name.json")
 }
