@@ -12,6 +12,7 @@
 
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <functional>
 #include <string>
 
 namespace fptrain::distributed {
@@ -22,11 +23,13 @@ class Pending {
  public:
   Pending() = default;
   explicit Pending(c10::intrusive_ptr<c10d::Work> work) : work_(std::move(work)) {}
+  explicit Pending(std::function<void()> wait) : wait_(std::move(wait)) {}
   void wait();
-  bool empty() const { return !work_; }
+  bool empty() const { return !work_ && !wait_; }
 
  private:
   c10::intrusive_ptr<c10d::Work> work_;
+  std::function<void()> wait_;
 };
 
 class Communicator {
@@ -48,6 +51,14 @@ class Communicator {
   virtual Pending all_gather(at::Tensor shard, at::Tensor full) = 0;
   // t = root's t on every rank.
   virtual Pending broadcast(at::Tensor t, int root) = 0;
+
+  // Collective: offers a buffer that has the same layout on every rank (the
+  // flat weights, the flat gradients) to a faster path for the collectives on
+  // tensors inside it (between GPUs of one node: copy engines). Returns whether
+  // it took it; the collectives behave the same either way.
+  virtual bool share_buffer(const at::Tensor& /*buffer*/) { return false; }
+  // How the tensor collectives move their bytes, for the log.
+  virtual std::string transfers() const { return kind(); }
 };
 
 }  // namespace fptrain::distributed

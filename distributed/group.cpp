@@ -58,8 +58,13 @@ std::unique_ptr<Group> Group::join(const LaunchEnv& env, const GroupOptions& opt
   g->barrier("join");
   if (options.nccl) {
 #ifdef FPTRAIN_DISTRIBUTED_NCCL
+    using T = NcclCommunicator::Transfers;
+    const T transfers = options.transfers == "auto"          ? T::kAuto
+                        : options.transfers == "copy_engine" ? T::kCopyEngine
+                        : options.transfers == "nccl"        ? T::kNccl
+                                                             : throw std::invalid_argument("unknown transfers: " + options.transfers);
     g->comm_ = std::make_unique<NcclCommunicator>(g->store_, env.rank, env.world_size, options.device_index,
-                                                  options.timeout);
+                                                  options.timeout, transfers);
 #else
     throw std::runtime_error("this build has no NCCL (configure with FPTRAIN_CUDA=ON)");
 #endif

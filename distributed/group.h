@@ -23,6 +23,9 @@ struct GroupOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(600)};
   bool nccl = false;      // tensor collectives through NCCL (CUDA), else through the store
   int device_index = -1;  // the rank's CUDA device with nccl
+  // With nccl: how reduce-scatters and all-gathers of shared buffers move
+  // (NcclCommunicator::Transfers: "auto", "copy_engine", "nccl").
+  std::string transfers = "nccl";
   std::function<void(const std::string&)> fatal;  // logs a message before the process exits
 };
 

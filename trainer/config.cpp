@@ -420,6 +420,11 @@ const std::vector<KeyDef>& key_defs() {
                              MEMBER(distributed.shard_optimizer));
     t.integer("distributed.bucket_mb", "size of the gradient buckets reduced while the backward runs (MiB)",
               MEMBER(distributed.bucket_mb), 1, 1 << 20);
+    t.choice<Transfers>("distributed.transfers",
+                        "how gradient reduce-scatters and weight all-gathers move between GPUs: auto = copy engines "
+                        "when every rank is on one node and the GPUs map each other's memory (no SMs taken from the "
+                        "compute), else NCCL; copy_engine = copy engines or an error; nccl = NCCL's kernels",
+                        MEMBER(distributed.transfers));
     // top level
     t.string("output_dir", "run directory: config.yaml, train.log, metrics.jsonl, summary.json, checkpoints/",
              MEMBER(output_dir));

@@ -25,6 +25,7 @@ enum class ModelDtype { kAuto, kFloat32, kBFloat16, kFloat16 };
 enum class AttentionChoice { kAuto, kHopper, kTorchFA2, kReference };
 enum class LrDecay { kCosine, kLinear, kConstant };
 enum class ShardOptimizer { kAuto, kOn, kOff };
+enum class Transfers { kAuto, kCopyEngine, kNccl };
 
 // model.activation_checkpointing: k > 0 every k-th layer, 0 none, or these.
 inline constexpr int64_t kCheckpointSelective = -1;  // keep attention activations, recompute the MLPs
@@ -128,6 +129,8 @@ struct DistributedSection {
   // ZeRO-1/2 (auto: on when world > 1): masters and moments split across ranks, gradients reduce-scattered.
   ShardOptimizer shard_optimizer = ShardOptimizer::kAuto;
   int64_t bucket_mb = 512;  // gradient buckets (model dtype) reduced while the backward runs
+  // How reduce-scatters and all-gathers of the flat buffers move between GPUs.
+  Transfers transfers = Transfers::kAuto;
 };
 
 struct TrainConfig {
@@ -200,6 +203,11 @@ template <>
 struct EnumNames<trainer::ShardOptimizer> {
   static constexpr std::array<EnumEntry<trainer::ShardOptimizer>, 3> table = {
       {{trainer::ShardOptimizer::kAuto, "auto"}, {trainer::ShardOptimizer::kOn, "true"}, {trainer::ShardOptimizer::kOff, "false"}}};
+};
+template <>
+struct EnumNames<trainer::Transfers> {
+  static constexpr std::array<EnumEntry<trainer::Transfers>, 3> table = {
+      {{trainer::Transfers::kAuto, "auto"}, {trainer::Transfers::kCopyEngine, "copy_engine"}, {trainer::Transfers::kNccl, "nccl"}}};
 };
 template <>
 struct EnumNames<trainer::LrDecay> {

@@ -379,6 +379,7 @@ void Run::join_group(const distributed::LaunchEnv& env) {
   o.timeout = std::chrono::seconds(config_.distributed.timeout);
   o.nccl = device_.device.is_cuda();
   o.device_index = device_.device.is_cuda() ? device_.device.index() : -1;
+  o.transfers = common::enum_name(config_.distributed.transfers);
   o.fatal = [](const std::string& message) { log::error(message); };
   group_ = distributed::Group::join(env, o);
   // Every rank must train the same thing: compare the resolved configurations.
@@ -421,6 +422,14 @@ void Run::make_optimizer() {
   model_.model->enable_grad_sinks();
   optimizer_->keep_on_zero(model_.model->grad_sink_params());
   if (group_) {
+    // The flat buffers are laid out alike on every rank: their reduce-scatters
+    // and all-gathers may take the copy engines (the all-reduces of the
+    // unsharded mode stay on NCCL).
+    if (optimizer_->sharded()) {
+      group_->comm().share_buffer(optimizer_->flat().grads());
+      group_->comm().share_buffer(optimizer_->flat().weights());
+    }
+    log::info("tensor collectives: " + group_->comm().transfers());
     reducer_ = std::make_unique<GradReducer>(optimizer_->flat(), group_->comm(), optimizer_->sharded());
     comm_clock_ = std::make_unique<CommClock>(device_.device);
   }

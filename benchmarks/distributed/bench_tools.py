@@ -68,8 +68,15 @@ def fptrain_run(a):
         print(f"warning: {a.run}: summary.json says world_size {world}, the launch asked for {a.world_size}",
               file=sys.stderr)
     tps = tok / sec
+    transfers = None  # how the collectives moved, as the run logged it
+    log = os.path.join(a.run, "train.log")
+    if os.path.exists(log):
+        for line in open(log, errors="replace"):
+            if "tensor collectives: " in line:
+                transfers = line.split("tensor collectives: ", 1)[1].strip()
     print(json.dumps({
         "name": a.name, "impl": "fptrain", "world_size": world, "attention": s.get("attention"),
+        "transfers": transfers,
         "tokens_per_s": tps, "tokens_per_s_per_gpu": tps / world,
         "steps_measured": sum(r["steps_in_record"] for r in steady),
         "examples_per_gpu": a.examples_per_gpu, "grad_accumulation": a.grad_accumulation,
@@ -104,6 +111,11 @@ def parity(a):
 def failed(a):
     print(json.dumps({"name": a.name, "impl": a.impl, "world_size": a.world_size, "failed": True,
                       "log": os.path.basename(a.log), "reason": a.reason}))
+
+
+def short_transfers(t):
+    """The log's "tensor collectives: ..." line, short: copy engines or NCCL."""
+    return "copy engines" if "by copy engines" in t else "NCCL"
 
 
 def family(run):
@@ -207,7 +219,7 @@ def report(a):
            "accumulation 2 there, so its steps are the 2-GPU steps and each GPU's share of the work is the "
            "same (4 examples per micro-batch; the optimizer step of the whole model over two micro-batches "
            "against half of it over one). The plain 1-GPU run (4 examples a step) sees other examples.", "",
-           "| run | GPUs | grad. acc. | attention | tokens/s per GPU | tokens/s (all GPUs) | scaling | MFU | "
+           "| run | GPUs | grad. acc. | attention; transfers | tokens/s per GPU | tokens/s (all GPUs) | scaling | MFU | "
            "peak alloc GiB | peak reserved GiB | steps measured |",
            "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
@@ -219,7 +231,8 @@ def report(a):
         if r.get("scaling_base") and r["world_size"] > 1:
             scaling += f" (of {r['scaling_base']})"
         md.append(f"| {r['name']} | {r['world_size']} | {r.get('grad_accumulation', 1)} | "
-                  f"{r.get('attention') or '?'} | {r['tokens_per_s_per_gpu']:,.0f} | {r['tokens_per_s']:,.0f} | "
+                  f"{r.get('attention') or '?'}{'; ' + short_transfers(r['transfers']) if r.get('transfers') else ''} | "
+                  f"{r['tokens_per_s_per_gpu']:,.0f} | {r['tokens_per_s']:,.0f} | "
                   f"{scaling} | {100 * r['mfu']:.1f}% | "
                   f"{r['peak_allocated_gib']:.1f} | {r['peak_reserved_gib']:.1f} | {r['steps_measured']} |")
     md += ["", "Targets (computed from the runs above):", ""]

@@ -51,6 +51,7 @@ tools() { "$PYTHON" "$HERE/bench_tools.py" "$@"; }
 start_all=$(date +%s)
 results=()
 failures=0
+variant_sets=()  # --set arguments of the fptrain run being made (FPTRAIN_DIST_VARIANTS)
 
 gpus=${FPTRAIN_DIST_VISIBLE_GPUS:-$("$PYTHON" -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)}
 echo "== $gpus GPU(s) visible: $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | sort | uniq -c | xargs)"
@@ -147,10 +148,10 @@ fptrain_run() {
   write_yaml "$WORK/$name.yaml" "$model" "$examples" "$steps" "$interval" "$run" "$accum"
   start=$(date +%s)
   if [ "$world" -eq 1 ]; then
-    timeout -k 30 "$RUN_TIMEOUT" "$FPTRAIN" train "$WORK/$name.yaml" > "$log" 2>&1
+    timeout -k 30 "$RUN_TIMEOUT" "$FPTRAIN" train "$WORK/$name.yaml" "${variant_sets[@]}" > "$log" 2>&1
   else
     timeout -k 30 "$RUN_TIMEOUT" "$PYTHON" -m torch.distributed.run --standalone --nproc_per_node "$world" \
-      --no-python "$FPTRAIN" train "$WORK/$name.yaml" > "$log" 2>&1
+      --no-python "$FPTRAIN" train "$WORK/$name.yaml" "${variant_sets[@]}" > "$log" 2>&1
   fi
   local rc=$?
   echo "   exit $rc in $(( $(date +%s) - start )) s"
@@ -201,21 +202,26 @@ multi=0
 [ "${gpus:-0}" -ge "$NPROC" ] && multi=1
 [ "$PART" = parity ] && WORLDS="" && skip_1gpu=1
 for w in $WORLDS; do [ "${gpus:-0}" -ge "$w" ] && fptrain_bench "fptrain-${w}gpu" "$w"; done
-# FPTRAIN_DIST_VARIANTS: extra fptrain runs at the first world size with environment settings,
-# e.g. "nch8:NCCL_MAX_NCHANNELS=8 nch4:NCCL_MAX_NCHANNELS=4,NCCL_MIN_NCHANNELS=4" (rows
-# fptrain-2gpu-nch8, ...; the targets use the plain run).
+# FPTRAIN_DIST_VARIANTS: extra fptrain runs at the first world size with environment settings
+# (upper case) or configuration settings (dotted keys, passed as --set), e.g.
+# "nch8:NCCL_MAX_NCHANNELS=8 nccl:distributed.transfers=nccl" (rows fptrain-2gpu-nch8,
+# fptrain-2gpu-nccl; the targets use the plain run).
 for v in ${FPTRAIN_DIST_VARIANTS:-}; do
   [ $multi -eq 1 ] && [ "$PART" != parity ] || break
   IFS=, read -r -a assigns <<< "${v#*:}"
-  for kv in "${assigns[@]}"; do export "${kv?}"; done
+  variant_sets=()
+  for kv in "${assigns[@]}"; do
+    if [[ ${kv%%=*} == *.* ]]; then variant_sets+=(--set "$kv"); else export "${kv?}"; fi
+  done
   fptrain_bench "fptrain-${NPROC}gpu-${v%%:*}" "$NPROC"
-  for kv in "${assigns[@]}"; do unset "${kv%%=*}"; done
+  for kv in "${assigns[@]}"; do [[ ${kv%%=*} == *.* ]] || unset "${kv%%=*}"; done
+  variant_sets=()
 done
 # The scaling baselines: one GPU on the same examples as the data-parallel runs (gradient
-# accumulation = world size), and the plain 1-GPU run (FPTRAIN_DIST_PLAIN_1GPU=0 skips the peer's).
+# accumulation = world size), and the plain 1-GPU runs (FPTRAIN_DIST_PLAIN_1GPU=0 skips them).
 if [ -z "${skip_1gpu:-}" ]; then
   for w in $WORLDS; do [ "${gpus:-0}" -ge "$w" ] && fptrain_bench "fptrain-1gpu-ga$w" 1 "$w"; done
-  fptrain_bench fptrain-1gpu 1
+  [ "${FPTRAIN_DIST_PLAIN_1GPU:-1}" = 0 ] || fptrain_bench fptrain-1gpu 1
 fi
 for w in $WORLDS; do [ "${gpus:-0}" -ge "$w" ] && hf_bench "hf-ddp-${w}gpu" "$w"; done
 if [ -z "${skip_1gpu:-}" ]; then

@@ -42,6 +42,32 @@ TEST(NcclDataParallel, TwoGpusOfFourEqualOneGpuOfEightInFp32) {
   }
 }
 
+// Copy-engine transfers move the same bytes and, on two ranks, sum the same
+// two numbers with one rounding as NCCL does: the runs are equal bit for bit,
+// in bf16 (the trainer's dtype) and fp32, with many small buckets (many
+// collectives in flight) and with one large one.
+TEST(NcclDataParallel, CopyEngineTransfersEqualNcclBitForBit) {
+  if (!two_gpus()) GTEST_SKIP() << "needs two GPUs";
+  WorkDir dir;
+  for (const char* dtype : {"bfloat16", "float32"}) {
+    for (const char* bucket : {"1", "64"}) {
+      const std::string tag = std::string(dtype) + "-" + bucket;
+      std::vector<TrainRun> runs;
+      for (const char* transfers : {"nccl", "copy_engine"})
+        runs.push_back(train_run(dir, tag + "-" + transfers, 2, kData, "",
+                                 {"training.max_steps=6", "batching.examples_per_micro_batch=4",
+                                  "batching.grad_accumulation=2", "device=cuda", "model.attention=reference",
+                                  std::string("model.dtype=") + dtype, std::string("distributed.bucket_mb=") + bucket,
+                                  std::string("distributed.transfers=") + transfers}));
+      ASSERT_EQ(runs[0].records.size(), 6u) << runs[0].outcome.describe();
+      EXPECT_NE(runs[1].outcome.outputs[0].find("by copy engines"), std::string::npos) << runs[1].outcome.outputs[0];
+      EXPECT_EQ(runs[0].outcome.outputs[0].find("by copy engines"), std::string::npos);
+      expect_same_steps(runs[1].records, runs[0].records, 0.0);
+      expect_weights_close(checkpoint_of(runs[1].dir, 6), checkpoint_of(runs[0].dir, 6), 0.0, 0.0);
+    }
+  }
+}
+
 TEST(NcclDataParallel, AKilledRankMakesTheOtherExitNamingIt) {
   if (!two_gpus()) GTEST_SKIP() << "needs two GPUs";
   constexpr int kTimeout = 10;
