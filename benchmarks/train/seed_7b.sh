@@ -13,7 +13,7 @@
 # Both sides take the examples in file order (fptrain data.shuffle false, the peer --no-shuffle),
 # so every run is timed on the same steps' tokens: with FLAN-like lengths the tokens of 4
 # examples vary by ~75% and a dozen shuffled steps differ by ±10% between runs.
-# 30 steps (FPTRAIN_SEED_STEPS), the first 5 not measured. Liger travels as a wheel in .whl/ (installed
+# 30 steps (FPTRAIN_SEED_STEPS), the first 5 not measured; FPTRAIN_SEED_ONLY picks rows by name. Liger travels as a wheel in .whl/ (installed
 # into the work folder). Writes $OUT/seed-7b.{json,md}.
 #   FPTRAIN_BUILD_DIR=build-gpu OUT=out benchmarks/train/seed_7b.sh
 set -uo pipefail
@@ -38,7 +38,10 @@ fi
   "$PYTHON" "$TOOLS" make-model --out "$WORK/llama2-7b" --tokenizer-from "$WORK/tok" --shape llama2-7b
 } > "$OUT/seed-prep.log" 2>&1 || { echo "prep failed"; tail -20 "$OUT/seed-prep.log"; exit 1; }
 results=()
+# FPTRAIN_SEED_ONLY="name ...": only these rows (e.g. the seed setup's four).
+wanted() { [ -z "${FPTRAIN_SEED_ONLY:-}" ] || [[ " $FPTRAIN_SEED_ONLY " == *" $1 "* ]]; }
 fp() {  # name, checkpointing, grad accumulation, master weights (true: fp32 masters and moments), [data], [profile]
+  wanted "$1" || return 0
   local run=$WORK/run-$1 data=${5:-flan} profile=${6:-0}
   rm -rf "$run"
   cat > "$WORK/$1.yaml" <<YAML
@@ -65,6 +68,7 @@ YAML
   fi
 }
 hf() {  # name, data, extra args...
+  wanted "$1" || return 0
   local name=$1 data=$2; shift 2
   if timeout 240 "$PYTHON" benchmarks/distributed/hf_ddp.py --model "$WORK/llama2-7b" --data "$WORK/$data.jsonl" --no-shuffle \
        --batch 4 --steps "$STEPS" --warmup 5 --name "$name" "$@" > "$WORK/$name.out" 2> "$OUT/seed-$name.log"; then
