@@ -8,7 +8,7 @@
   bench_tools.py fptrain-run --run DIR --name NAME [--world-size N]
       One JSON line from an fptrain run folder: steady-state tokens/s (the metrics.jsonl
       records after the first), per GPU, MFU, peak memory (summary.json), steps measured.
-  bench_tools.py parity --one RUN_DIR --two RUN_DIR [--steps 10]
+  bench_tools.py parity --one RUN_DIR --two RUN_DIR [--again RUN_DIR] [--steps 10]
       Per-step losses of two runs (log_interval 1) and their largest relative difference.
   bench_tools.py failed --name NAME --world-size N --impl IMPL --log FILE
       The JSON line that stands for a run that failed (the report lists it as FAILED).
@@ -104,8 +104,14 @@ def parity(a):
     if steps_one != steps_two or not one:
         raise SystemExit(f"parity: the runs logged different steps ({steps_one} and {steps_two})")
     rel = [abs(y - x) / abs(x) for x, y in zip(one, two)]
-    print(json.dumps({"steps": steps_one, "loss_1gpu": one, "loss_2gpu": two, "rel_diff": rel,
-                      "max_rel_diff": max(rel), "at_step": steps_one[rel.index(max(rel))]}))
+    result = {"steps": steps_one, "loss_1gpu": one, "loss_2gpu": two, "rel_diff": rel,
+              "max_rel_diff": max(rel), "at_step": steps_one[rel.index(max(rel))]}
+    if a.again:  # the same 1-GPU run a second time: how far bf16 training drifts from itself
+        again, steps_again = step_losses(a.again, a.steps)
+        if steps_again == steps_one:
+            noise = [abs(y - x) / abs(x) for x, y in zip(one, again)]
+            result.update({"loss_1gpu_again": again, "noise_rel_diff": noise, "max_noise_rel_diff": max(noise)})
+    print(json.dumps(result))
 
 
 def failed(a):
@@ -241,9 +247,16 @@ def report(a):
     if par:
         md += ["", f"Loss per step, 1 GPU x 8 examples vs 2 GPUs x 4 examples "
                    f"({SHAPE_NAMES.get(a.parity_preset, a.parity_preset)} shape):", "",
-               "| step | 1 GPU | 2 GPUs | relative difference |", "| ---: | ---: | ---: | ---: |"]
-        for s, x, y, d in zip(par["steps"], par["loss_1gpu"], par["loss_2gpu"], par["rel_diff"]):
-            md.append(f"| {s} | {x:.5f} | {y:.5f} | {d:.2e} |")
+               "| step | 1 GPU | 2 GPUs | relative difference | 1 GPU again | its difference from the first |",
+               "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+        again = par.get("loss_1gpu_again") or [None] * len(par["steps"])
+        noise = par.get("noise_rel_diff") or [None] * len(par["steps"])
+        for s, x, y, d, z, n in zip(par["steps"], par["loss_1gpu"], par["loss_2gpu"], par["rel_diff"], again, noise):
+            md.append(f"| {s} | {x:.5f} | {y:.5f} | {d:.2e} | {'' if z is None else f'{z:.5f}'} | "
+                      f"{'' if n is None else f'{n:.2e}'} |")
+        if par.get("max_noise_rel_diff") is not None:
+            md += ["", f"The same 1-GPU run twice differs by up to {par['max_noise_rel_diff']:.2e}: the floor that "
+                       "bf16 training's run-to-run variation (atomics in the attention backward) sets for the parity."]
     with open(os.path.join(a.out, "distributed-bench.md"), "w") as f:
         f.write("\n".join(md) + "\n")
     print("\n".join(md))
@@ -268,6 +281,7 @@ def main():
     p.add_argument("--one", required=True)
     p.add_argument("--two", required=True)
     p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--again", help="a second run of --one's configuration: the run-to-run noise floor")
     p.set_defaults(fn=parity)
     p = sub.add_parser("failed")
     p.add_argument("--name", required=True)

@@ -234,9 +234,12 @@ if [ "$PART" = runs ]; then
   [ -s "$WORK/parity.json" ] && parity_args=(--parity "$WORK/parity.json")
 elif [ $multi -eq 1 ]; then
   # The same global batch: 8 examples on one GPU, 4 on each of two.
+  # A second 1-GPU run gives the noise floor: bf16 training drifts from itself run to run.
   if fptrain_run parity-1gpu 1 "$WORK/parity-$PARITY_PRESET" 8 "$PARITY_STEPS" 1 &&
      fptrain_run parity-2gpu 2 "$WORK/parity-$PARITY_PRESET" 4 "$PARITY_STEPS" 1; then
-    if tools parity --one "$WORK/run-parity-1gpu" --two "$WORK/run-parity-2gpu" --steps "$PARITY_STEPS" \
+    again=()
+    fptrain_run parity-1gpu-again 1 "$WORK/parity-$PARITY_PRESET" 8 "$PARITY_STEPS" 1 && again=(--again "$WORK/run-parity-1gpu-again")
+    if tools parity --one "$WORK/run-parity-1gpu" --two "$WORK/run-parity-2gpu" "${again[@]}" --steps "$PARITY_STEPS" \
          > "$WORK/parity.json" 2>> "$OUT/dist-parity-2gpu.log"; then
       parity_args=(--parity "$WORK/parity.json"); cat "$WORK/parity.json"
     else
