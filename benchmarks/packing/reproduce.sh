@@ -175,7 +175,14 @@ make_data() {  # profile examples: the training file and the evaluation file
 [ "$CONVERGENCE" = 1 ] && make_data flan "$CONV_EXAMPLES"
 
 # ---- models (made once) ----------------------------------------------------------------------
-first_data=$WORK/data/${DATASET_LIST[0]:-flan}-$EXAMPLES.jsonl
+# The tokenizer (and with it the seeded random model) comes from one fixed corpus, FLAN-like, 1600
+# examples, seed 0, whatever --datasets and --examples say: every call on any machine makes the same
+# model, so runs gathered from several calls (--report-only) are comparable.
+first_data=$WORK/data/tokenizer-corpus-flan-1600.jsonl
+if [ "$REPORT_ONLY" = 0 ] && [ ! -s "$first_data" ]; then
+  "$PYTHON" scripts/make_dataset.py --profile flan --examples 1600 --seed 0 --out "$first_data.tmp" > /dev/null &&
+    mv "$first_data.tmp" "$first_data" || exit 1
+fi
 [ "$REPORT_ONLY" = 1 ] && MAKE_MODELS=() || MAKE_MODELS=("${MODEL_LIST[@]}")
 for m in "${MAKE_MODELS[@]}"; do
   dir=$WORK/models/$m
