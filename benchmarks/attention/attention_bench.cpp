@@ -38,6 +38,7 @@ constexpr int kTokens = 32768;
 struct Workload {
   std::string name;
   std::vector<int> lens;
+  std::vector<int> heads_kv;  // K/V head counts it runs at (Hq = 32)
 };
 
 // Lengths drawn from a lognormal until the pack holds exactly kTokens (the last one trimmed).
@@ -55,13 +56,51 @@ std::vector<int> lognormal_pack(double median, double sigma, int max_len, uint32
   return lens;
 }
 
+// A few long documents among many short ones: 4 of 4096 tokens spread through alpaca-like ones.
+std::vector<int> mixed_pack() {
+  std::vector<int> shorts = lognormal_pack(100, 0.7, 1024, 4321), lens;
+  int total = 0;
+  size_t next = 0;
+  for (int part = 0; part < 4; ++part) {
+    lens.push_back(4096);
+    total += 4096;
+    const int until = (part + 1) * (kTokens / 4);
+    while (total < until && next < shorts.size()) {
+      const int l = std::min(shorts[next++], until - total);
+      lens.push_back(l);
+      total += l;
+    }
+  }
+  return lens;
+}
+
+// Hkv 8 (grouped queries, as Llama-3 / Mistral) everywhere; the short-document mixes also
+// at Hkv 32 (one K/V head per query head, the layout BinFlash takes).
 std::vector<Workload> workloads() {
   return {
-      {"flan-like", lognormal_pack(256, 1.1, 4096, 1234)},
-      {"orca-like", lognormal_pack(550, 0.4, 4096, 5678)},
-      {"fixed-2048", std::vector<int>(kTokens / 2048, 2048)},
-      {"fixed-8192", std::vector<int>(kTokens / 8192, 8192)},
+      {"flan-like", lognormal_pack(256, 1.1, 4096, 1234), {8}},
+      {"orca-like", lognormal_pack(550, 0.4, 4096, 5678), {8}},
+      {"alpaca-like", lognormal_pack(100, 0.7, 1024, 4321), {8, 32}},
+      {"mixed", mixed_pack(), {8, 32}},
+      {"fixed-2048", std::vector<int>(kTokens / 2048, 2048), {8}},
+      {"fixed-8192", std::vector<int>(kTokens / 8192, 8192), {8}},
   };
+}
+
+// The workloads' document lengths as JSON (for peers run from Python on the same documents).
+void dump_workloads(const std::string& path) {
+  std::ofstream f(path);
+  f << "{\"tokens\": " << kTokens << ", \"heads_q\": 32, \"workloads\": {";
+  bool first = true;
+  for (const Workload& w : workloads()) {
+    f << (first ? "" : ", ") << "\"" << w.name << "\": {\"heads_kv\": [";
+    for (size_t i = 0; i < w.heads_kv.size(); ++i) f << (i ? ", " : "") << w.heads_kv[i];
+    f << "], \"lens\": [";
+    for (size_t i = 0; i < w.lens.size(); ++i) f << (i ? ", " : "") << w.lens[i];
+    f << "]}";
+    first = false;
+  }
+  f << "}}\n";
 }
 
 void check(cudaError_t e, const char* what) {
@@ -95,7 +134,7 @@ double time_ms(const std::function<void()>& fn, int reps) {
 
 struct Row {
   std::string workload, method;
-  int head_dim;
+  int head_dim, heads_kv;
   double fwd_ms, fwdbwd_ms, fwd_tflops, fwdbwd_tflops;
 };
 
@@ -174,8 +213,8 @@ int main(int argc, char** argv) {
   int reps = 20;
   bool only_ours = false;
   bool deviation = false;
-  std::string only_workload;
-  int only_dim = 0;
+  std::string only_workload, dump_path;
+  int only_dim = 0, only_hkv = 0;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--out") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--md") && i + 1 < argc) md_path = argv[++i];
@@ -184,11 +223,17 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--deviation")) deviation = true;
     else if (!std::strcmp(argv[i], "--workload") && i + 1 < argc) only_workload = argv[++i];
     else if (!std::strcmp(argv[i], "--head-dim") && i + 1 < argc) only_dim = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--heads-kv") && i + 1 < argc) only_hkv = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--dump-workloads") && i + 1 < argc) dump_path = argv[++i];
     else {
       std::fprintf(stderr, "usage: %s [--out file.json] [--md file.md] [--reps N] [--only-ours] [--workload NAME] "
-                   "[--head-dim D] [--deviation]\n", argv[0]);
+                   "[--head-dim D] [--heads-kv H] [--deviation] [--dump-workloads file.json]\n", argv[0]);
       return 2;
     }
+  }
+  if (!dump_path.empty()) {  // no GPU needed
+    dump_workloads(dump_path);
+    return 0;
   }
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "device properties");
@@ -197,89 +242,92 @@ int main(int argc, char** argv) {
     deviation_study(json_path, md_path, prop.name);
     return 0;
   }
-  const int hq = 32, hkv = 8;
+  const int hq = 32;
   std::vector<Row> rows;
 
   for (int d : {128, 64}) {
     if (only_dim && d != only_dim) continue;
     for (const Workload& w : workloads()) {
       if (!only_workload.empty() && w.name != only_workload) continue;
-      const int batch = int(w.lens.size());
-      std::vector<int> cu{0};
-      double sum_sq = 0;
-      int lmax = 0;
-      for (int l : w.lens) {
-        cu.push_back(cu.back() + l);
-        sum_sq += double(l) * l;
-        lmax = std::max(lmax, l);
-      }
-      const double fwd_flops = 2.0 * hq * d * sum_sq;  // causal
-      const double fwdbwd_flops = 3.5 * fwd_flops;
-      auto opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
-      at::Tensor q = at::randn({kTokens, hq, d}, opts), k = at::randn({kTokens, hkv, d}, opts);
-      at::Tensor v = at::randn({kTokens, hkv, d}, opts), dout = at::randn({kTokens, hq, d}, opts);
-      at::Tensor cu_t = at::tensor(cu, at::TensorOptions().dtype(at::kInt)).to(at::kCUDA);
-      const double scale = 1.0 / std::sqrt(double(d));
-      auto add = [&](const std::string& method, double f, double fb) {
-        rows.push_back({w.name, method, d, f, fb, fwd_flops / f * 1e-9, fwdbwd_flops / fb * 1e-9});
-        std::printf("%-11s D=%-3d %-14s fwd %8.3f ms %6.1f TF/s | fwd+bwd %8.3f ms %6.1f TF/s\n", w.name.c_str(), d,
-                    method.c_str(), f, fwd_flops / f * 1e-9, fb, fwdbwd_flops / fb * 1e-9);
-        std::fflush(stdout);
-      };
-
-      // Ours.
-      fa::VarlenSpec spec;
-      spec.cu_seqlens = cu_t;
-      spec.max_seqlen = lmax;
-      spec.softmax_scale = scale;
-      {
-        auto fwd = [&] { (void)fa::cuda::attention_forward(q, k, v, spec); };
-        auto fwdbwd = [&] {
-          auto [o, lse] = fa::cuda::attention_forward(q, k, v, spec);
-          (void)fa::cuda::attention_backward(dout, q, k, v, o, lse, spec, false);
-        };
-        add("hopper", time_ms(fwd, reps), time_ms(fwdbwd, reps));
-      }
-      if (only_ours) continue;
-
-      // LibTorch FlashAttention-2, varlen.
-      try {
-        auto fwd = [&] {
-          (void)at::_flash_attention_forward(q, k, v, cu_t, cu_t, lmax, lmax, 0.0, true, false, scale);
-        };
-        auto fwdbwd = [&] {
-          auto r = at::_flash_attention_forward(q, k, v, cu_t, cu_t, lmax, lmax, 0.0, true, false, scale);
-          (void)at::_flash_attention_backward(dout, q, k, v, std::get<0>(r), std::get<1>(r), cu_t, cu_t, lmax, lmax,
-                                              0.0, true, std::get<2>(r), std::get<3>(r), scale);
-        };
-        add("torch-fa2", time_ms(fwd, reps), time_ms(fwdbwd, reps));
-      } catch (const std::exception& e) {
-        std::printf("torch-fa2 failed: %s\n", e.what());
-      }
-
-      // cuDNN SDPA on the padded [B, H, Lmax, D] layout (K/V heads repeated for GQA).
-      try {
-        at::Tensor qp = at::zeros({batch, lmax, hq, d}, opts), kp = at::zeros({batch, lmax, hq, d}, opts);
-        at::Tensor vp = at::zeros({batch, lmax, hq, d}, opts), dop = at::zeros({batch, lmax, hq, d}, opts);
-        for (int b = 0; b < batch; ++b) {
-          const int l = w.lens[b];
-          qp[b].narrow(0, 0, l).copy_(q.narrow(0, cu[b], l));
-          kp[b].narrow(0, 0, l).copy_(k.narrow(0, cu[b], l).repeat_interleave(hq / hkv, 1));
-          vp[b].narrow(0, 0, l).copy_(v.narrow(0, cu[b], l).repeat_interleave(hq / hkv, 1));
-          dop[b].narrow(0, 0, l).copy_(dout.narrow(0, cu[b], l));
+      for (const int hkv : w.heads_kv) {
+        if (only_hkv && hkv != only_hkv) continue;
+        const int batch = int(w.lens.size());
+        std::vector<int> cu{0};
+        double sum_sq = 0;
+        int lmax = 0;
+        for (int l : w.lens) {
+          cu.push_back(cu.back() + l);
+          sum_sq += double(l) * l;
+          lmax = std::max(lmax, l);
         }
-        at::Tensor qt = qp.transpose(1, 2), kt = kp.transpose(1, 2), vt = vp.transpose(1, 2), dot = dop.transpose(1, 2);
-        auto fwd = [&] { (void)at::_scaled_dot_product_cudnn_attention(qt, kt, vt, std::nullopt, false, 0.0, true, false, scale); };
-        auto fwdbwd = [&] {
-          auto r = at::_scaled_dot_product_cudnn_attention(qt, kt, vt, std::nullopt, true, 0.0, true, false, scale);
-          (void)at::_scaled_dot_product_cudnn_attention_backward(dot, qt, kt, vt, std::get<0>(r), std::get<1>(r),
-                                                                 std::get<6>(r), std::get<7>(r), at::Tensor(),
-                                                                 at::Tensor(), at::Tensor(), lmax, lmax, 0.0, true,
-                                                                 scale);
+        const double fwd_flops = 2.0 * hq * d * sum_sq;  // causal
+        const double fwdbwd_flops = 3.5 * fwd_flops;
+        auto opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
+        at::Tensor q = at::randn({kTokens, hq, d}, opts), k = at::randn({kTokens, hkv, d}, opts);
+        at::Tensor v = at::randn({kTokens, hkv, d}, opts), dout = at::randn({kTokens, hq, d}, opts);
+        at::Tensor cu_t = at::tensor(cu, at::TensorOptions().dtype(at::kInt)).to(at::kCUDA);
+        const double scale = 1.0 / std::sqrt(double(d));
+        auto add = [&](const std::string& method, double f, double fb) {
+          rows.push_back({w.name, method, d, hkv, f, fb, fwd_flops / f * 1e-9, fwdbwd_flops / fb * 1e-9});
+          std::printf("%-11s D=%-3d Hkv=%-2d %-14s fwd %8.3f ms %6.1f TF/s | fwd+bwd %8.3f ms %6.1f TF/s\n",
+                      w.name.c_str(), d, hkv, method.c_str(), f, fwd_flops / f * 1e-9, fb, fwdbwd_flops / fb * 1e-9);
+          std::fflush(stdout);
         };
-        add("cudnn-padded", time_ms(fwd, reps), time_ms(fwdbwd, reps));
-      } catch (const std::exception& e) {
-        std::printf("cudnn-padded failed: %s\n", std::string(e.what()).substr(0, 300).c_str());
+
+        // Ours.
+        fa::VarlenSpec spec;
+        spec.cu_seqlens = cu_t;
+        spec.max_seqlen = lmax;
+        spec.softmax_scale = scale;
+        {
+          auto fwd = [&] { (void)fa::cuda::attention_forward(q, k, v, spec); };
+          auto fwdbwd = [&] {
+            auto [o, lse] = fa::cuda::attention_forward(q, k, v, spec);
+            (void)fa::cuda::attention_backward(dout, q, k, v, o, lse, spec, false);
+          };
+          add("hopper", time_ms(fwd, reps), time_ms(fwdbwd, reps));
+        }
+        if (only_ours) continue;
+
+        // LibTorch FlashAttention-2, varlen.
+        try {
+          auto fwd = [&] {
+            (void)at::_flash_attention_forward(q, k, v, cu_t, cu_t, lmax, lmax, 0.0, true, false, scale);
+          };
+          auto fwdbwd = [&] {
+            auto r = at::_flash_attention_forward(q, k, v, cu_t, cu_t, lmax, lmax, 0.0, true, false, scale);
+            (void)at::_flash_attention_backward(dout, q, k, v, std::get<0>(r), std::get<1>(r), cu_t, cu_t, lmax, lmax,
+                                                0.0, true, std::get<2>(r), std::get<3>(r), scale);
+          };
+          add("torch-fa2", time_ms(fwd, reps), time_ms(fwdbwd, reps));
+        } catch (const std::exception& e) {
+          std::printf("torch-fa2 failed: %s\n", e.what());
+        }
+
+        // cuDNN SDPA on the padded [B, H, Lmax, D] layout (K/V heads repeated for GQA).
+        try {
+          at::Tensor qp = at::zeros({batch, lmax, hq, d}, opts), kp = at::zeros({batch, lmax, hq, d}, opts);
+          at::Tensor vp = at::zeros({batch, lmax, hq, d}, opts), dop = at::zeros({batch, lmax, hq, d}, opts);
+          for (int b = 0; b < batch; ++b) {
+            const int l = w.lens[b];
+            qp[b].narrow(0, 0, l).copy_(q.narrow(0, cu[b], l));
+            kp[b].narrow(0, 0, l).copy_(k.narrow(0, cu[b], l).repeat_interleave(hq / hkv, 1));
+            vp[b].narrow(0, 0, l).copy_(v.narrow(0, cu[b], l).repeat_interleave(hq / hkv, 1));
+            dop[b].narrow(0, 0, l).copy_(dout.narrow(0, cu[b], l));
+          }
+          at::Tensor qt = qp.transpose(1, 2), kt = kp.transpose(1, 2), vt = vp.transpose(1, 2), dot = dop.transpose(1, 2);
+          auto fwd = [&] { (void)at::_scaled_dot_product_cudnn_attention(qt, kt, vt, std::nullopt, false, 0.0, true, false, scale); };
+          auto fwdbwd = [&] {
+            auto r = at::_scaled_dot_product_cudnn_attention(qt, kt, vt, std::nullopt, true, 0.0, true, false, scale);
+            (void)at::_scaled_dot_product_cudnn_attention_backward(dot, qt, kt, vt, std::get<0>(r), std::get<1>(r),
+                                                                   std::get<6>(r), std::get<7>(r), at::Tensor(),
+                                                                   at::Tensor(), at::Tensor(), lmax, lmax, 0.0, true,
+                                                                   scale);
+          };
+          add("cudnn-padded", time_ms(fwd, reps), time_ms(fwdbwd, reps));
+        } catch (const std::exception& e) {
+          std::printf("cudnn-padded failed: %s\n", std::string(e.what()).substr(0, 300).c_str());
+        }
       }
     }
   }
@@ -290,28 +338,27 @@ int main(int argc, char** argv) {
   if (!json_path.empty()) {
     std::ofstream f(json_path);
     f << "{\n  \"device\": \"" << prop.name << "\",\n  \"date\": \"" << date << "\",\n  \"tokens\": " << kTokens
-      << ",\n  \"heads_q\": " << hq << ",\n  \"heads_kv\": " << hkv
-      << ",\n  \"dtype\": \"bf16\",\n  \"causal\": true,\n  \"results\": [\n";
+      << ",\n  \"heads_q\": " << hq << ",\n  \"dtype\": \"bf16\",\n  \"causal\": true,\n  \"results\": [\n";
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       char buf[400];
       std::snprintf(buf, sizeof buf,
-                    "    {\"workload\": \"%s\", \"method\": \"%s\", \"head_dim\": %d, \"fwd_ms\": %.4f, "
-                    "\"fwd_tflops\": %.1f, \"fwdbwd_ms\": %.4f, \"fwdbwd_tflops\": %.1f}%s\n",
-                    r.workload.c_str(), r.method.c_str(), r.head_dim, r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms,
+                    "    {\"workload\": \"%s\", \"method\": \"%s\", \"head_dim\": %d, \"heads_kv\": %d, "
+                    "\"fwd_ms\": %.4f, \"fwd_tflops\": %.1f, \"fwdbwd_ms\": %.4f, \"fwdbwd_tflops\": %.1f}%s\n",
+                    r.workload.c_str(), r.method.c_str(), r.head_dim, r.heads_kv, r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms,
                     r.fwdbwd_tflops, i + 1 < rows.size() ? "," : "");
       f << buf;
     }
     f << "  ]\n}\n";
   }
   std::string md = std::string("Device: ") + prop.name + ", " + date +
-                   ". bf16, causal, Hq=32, Hkv=8, T=32768 packed tokens; TFLOP/s of useful work.\n\n"
-                   "| workload | D | method | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s |\n"
-                   "|---|---|---|---|---|---|---|\n";
+                   ". bf16, causal, Hq=32, T=32768 packed tokens; TFLOP/s of useful work.\n\n"
+                   "| workload | D | Hkv | method | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s |\n"
+                   "|---|---|---|---|---|---|---|---|\n";
   for (const Row& r : rows) {
     char buf[256];
-    std::snprintf(buf, sizeof buf, "| %s | %d | %s | %.3f | %.1f | %.3f | %.1f |\n", r.workload.c_str(), r.head_dim,
-                  r.method.c_str(), r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops);
+    std::snprintf(buf, sizeof buf, "| %s | %d | %d | %s | %.3f | %.1f | %.3f | %.1f |\n", r.workload.c_str(),
+                  r.head_dim, r.heads_kv, r.method.c_str(), r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops);
     md += buf;
   }
   std::printf("\n%s", md.c_str());
