@@ -9,6 +9,7 @@
 #   transformers + Liger, no checkpointing, grad accumulation 1 (the peer's best in the issue)
 #   fptrain  selective / every-layer checkpointing with bf16 AdamW: its best at the peer's memory
 #   the seed setup again on OrcaMath-like data (longer examples), fptrain and transformers + FA2
+#   short documents (alpaca-like, median ~100 tokens, 32 examples per micro-batch), fptrain and transformers + FA2
 #   a step profile of fptrain's best setting (logging.profile_steps; profile-7b.{md,json})
 # Both sides take the examples in file order (fptrain data.shuffle false, the peer --no-shuffle),
 # so every run is timed on the same steps' tokens: with FLAN-like lengths the tokens of 4
@@ -34,20 +35,22 @@ fi
 {
   [ -s "$WORK/flan.jsonl" ] || "$PYTHON" scripts/make_dataset.py --profile flan --examples 4000 --seed 0 --out "$WORK/flan.jsonl"
   [ -s "$WORK/orca.jsonl" ] || "$PYTHON" scripts/make_dataset.py --profile orcamath --examples 2000 --seed 0 --out "$WORK/orca.jsonl"
+  [ -s "$WORK/alpaca.jsonl" ] || "$PYTHON" scripts/make_dataset.py --profile alpaca --examples 8000 --seed 0 --out "$WORK/alpaca.jsonl"
   [ -s "$WORK/tok/config.json" ] || "$FPTRAIN" init "$WORK/tok" --preset tiny --corpus "$WORK/flan.jsonl"
   "$PYTHON" "$TOOLS" make-model --out "$WORK/llama2-7b" --tokenizer-from "$WORK/tok" --shape llama2-7b
 } > "$OUT/seed-prep.log" 2>&1 || { echo "prep failed"; tail -20 "$OUT/seed-prep.log"; exit 1; }
 results=()
 # FPTRAIN_SEED_ONLY="name ...": only these rows (e.g. the seed setup's four).
 wanted() { [ -z "${FPTRAIN_SEED_ONLY:-}" ] || [[ " $FPTRAIN_SEED_ONLY " == *" $1 "* ]]; }
-fp() {  # name, checkpointing, grad accumulation, master weights (true: fp32 masters and moments), [data], [profile]
+fp() {  # name, checkpointing, grad accumulation, master weights (true: fp32 masters and moments), [data], [profile],
+        # [examples per micro-batch]
   wanted "$1" || return 0
-  local run=$WORK/run-$1 data=${5:-flan} profile=${6:-0}
+  local run=$WORK/run-$1 data=${5:-flan} profile=${6:-0} examples=${7:-4}
   rm -rf "$run"
   cat > "$WORK/$1.yaml" <<YAML
 model: {path: $WORK/llama2-7b, dtype: bfloat16, activation_checkpointing: $2}
 data: {train: $WORK/$data.jsonl, max_length: 4096, workers: 8, shuffle: false}
-batching: {mode: flatten, examples_per_micro_batch: 4, grad_accumulation: $3}
+batching: {mode: flatten, examples_per_micro_batch: $examples, grad_accumulation: $3}
 optimizer: {lr: 1.0e-4, grad_clip: 1.0, master_weights: ${4:-true}}
 schedule: {warmup_steps: 2}
 training: {max_steps: $STEPS}
@@ -61,7 +64,7 @@ YAML
     if [ "$profile" -gt 0 ]; then
       cp "$run/profile.md" "$OUT/profile-7b.md"; cp "$run/profile.json" "$OUT/profile-7b.json"; return 0
     fi
-    "$PYTHON" "$TOOLS" fptrain-run --run "$run" --name "$1" --world-size 1 --examples-per-gpu 4 > "$WORK/$1.json" &&
+    "$PYTHON" "$TOOLS" fptrain-run --run "$run" --name "$1" --world-size 1 --examples-per-gpu "$examples" > "$WORK/$1.json" &&
       results+=("$WORK/$1.json") && tail -1 "$WORK/$1.json"
   else
     echo "FAILED $1"; tail -5 "$OUT/seed-$1.log"
@@ -70,8 +73,9 @@ YAML
 hf() {  # name, data, extra args...
   wanted "$1" || return 0
   local name=$1 data=$2; shift 2
+  local batch=4; [ "$data" = alpaca ] && batch=32
   if timeout 240 "$PYTHON" benchmarks/distributed/hf_ddp.py --model "$WORK/llama2-7b" --data "$WORK/$data.jsonl" --no-shuffle \
-       --batch 4 --steps "$STEPS" --warmup 5 --name "$name" "$@" > "$WORK/$name.out" 2> "$OUT/seed-$name.log"; then
+       --batch "$batch" --steps "$STEPS" --warmup 5 --name "$name" "$@" > "$WORK/$name.out" 2> "$OUT/seed-$name.log"; then
     grep '^{' "$WORK/$name.out" | tail -1 > "$WORK/$name.json" && results+=("$WORK/$name.json") && cat "$WORK/$name.json" | cut -c1-300
   else
     echo "FAILED $name"; tail -5 "$OUT/seed-$name.log"
@@ -86,6 +90,10 @@ fp fptrain-orca-ckpt-ga2 every_layer 2 true orca
 hf hf-ckpt-ga2 flan --grad-accum 2
 hf hf-liger-nockpt flan --liger --no-checkpointing
 hf hf-orca-ckpt-ga2 orca --grad-accum 2
+# Short documents (alpaca-like, median ~100 tokens): 32 examples per micro-batch (~3,900 tokens), the seed
+# setup otherwise.
+fp fptrain-alpaca-ckpt-ga2 every_layer 2 true alpaca 0 32
+hf hf-alpaca-ckpt-ga2 alpaca --grad-accum 2
 [ "${FPTRAIN_SEED_PROFILE:-1}" = 0 ] || fp fptrain-auto-bf16-adamw-profile auto 1 false flan 5
 "$PYTHON" - "$OUT" "${results[@]}" <<'PY'
 import datetime, json, sys
@@ -110,6 +118,7 @@ with open(f"{out}/seed-7b.md", "w") as f:
     ratio("fptrain-auto", "hf-liger-nockpt", "best against best, fptrain auto (fp32 masters) / transformers + Liger without checkpointing")
     ratio("fptrain-auto-bf16-adamw", "hf-liger-nockpt", "best against best with the peer's bf16 AdamW (target >= 1.5x at <= its peak memory)")
     ratio("fptrain-orca-ckpt-ga2", "hf-orca-ckpt-ga2", "seed setup on OrcaMath-like data, fptrain / transformers + FA2 (target >= 1.4x)")
+    ratio("fptrain-alpaca-ckpt-ga2", "hf-alpaca-ckpt-ga2", "short documents (alpaca-like, 32 examples per micro-batch), fptrain / transformers + FA2")
     peer = by.get("hf-liger-nockpt")
     if peer:
         fits = [r for r in rows if r["name"].startswith("fptrain") and r["peak_allocated_gib"] <= peer["peak_allocated_gib"]
