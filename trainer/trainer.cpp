@@ -375,6 +375,9 @@ void Run::join_group(const distributed::LaunchEnv& env) {
   if (config_.optimizer.fp32_grad_accumulation)
     throw std::invalid_argument(config_.source +
                                 ": optimizer.fp32_grad_accumulation is not available with data parallelism yet");
+  if (config_.distributed.transfers == Transfers::kCopyEngine && !device_.device.is_cuda())
+    throw std::invalid_argument(config_.source + ": distributed.transfers: copy_engine moves data between GPUs, "
+                                "but this rank runs on the " + device_.device.str() + " (use auto or nccl)");
   distributed::GroupOptions o;
   o.timeout = std::chrono::seconds(config_.distributed.timeout);
   o.nccl = device_.device.is_cuda();

@@ -198,6 +198,20 @@ TEST(DataParallelLaunch, OneNamedGpuForEveryRankIsRefused) {
   }
 }
 
+TEST(DataParallelLaunch, CopyEngineTransfersBetweenCpuProcessesAreRefused) {
+  // distributed.transfers: copy_engine promises copies between GPUs or an
+  // error; CPU ranks say so before they connect.
+  WorkDir dir;
+  const fs::path cfg = dir.write("c.yaml", dp_config(dir / "run", "tokens.jsonl"));
+  const Outcome o = run_ranks(dir, "run", 2, train_args(cfg, with(kTen, {"distributed.transfers=copy_engine"})));
+  ASSERT_FALSE(o.timed_out) << o.describe();
+  EXPECT_LT(o.seconds, kFast);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(o.exit_codes[r], 0) << o.describe();
+    EXPECT_TRUE(some_error_matches(o.outputs[r], R"(distributed\.transfers: copy_engine)")) << o.outputs[r];
+  }
+}
+
 TEST(DataParallelLaunch, ARankWhosePeerNeverComesNamesIt) {
   // Rank 0 alone: it hosts the store and waits for rank 1 at the first barrier.
   WorkDir dir;
