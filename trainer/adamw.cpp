@@ -133,6 +133,7 @@ void AdamW::step(double lr, CommClock* clock) {
   h.weight_decay = options_.weight_decay;
   h.step = steps_taken_;
   if (overlap_ && !accum_active_) {
+    clock_ = clock;
     step_beside_next_forward(h);
     coef_pending_ = false;
     flat_->release_collected();
