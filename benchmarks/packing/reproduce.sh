@@ -5,7 +5,7 @@
 #   benchmarks/packing/reproduce.sh [--gpus N] [--models M,...] [--datasets D,...] [--examples K]
 #                                   [--out DIR] [--smoke] [--convergence | --convergence-only]
 #                                   [--convergence-examples K] [--modes M,...] [--peer-modes M,...]
-#                                   [--report-only]
+#                                   [--report-only] [--fptrain-set KEY=VALUE ...]
 #
 #   --smoke      tiny model (fptrain init --preset tiny), CPU, fp32, --examples 48 by default: what CI runs.
 #   --models     llama2-7b,mistral-7b,granite-8b-code (default all three; --smoke: tiny)
@@ -23,6 +23,7 @@
 #   --peer-modes transformers modes (default flatten,pad; none: no peer run)
 #   --report-only  no runs: the table and plots from the run results already in the work folder's json/
 #                (those of the selected models, datasets and modes), e.g. gathered from several calls
+#   --fptrain-set  one more setting for every fptrain run (repeatable), e.g. optimizer.overlap_step=true
 #
 # Environment: PYTHON (default .venv/bin/python), FPTRAIN (default build/apps/fptrain),
 # FPTRAIN_PACKING_WORK (default runs/packing[/smoke]): data, models and run folders, reused between runs.
@@ -31,7 +32,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT" || exit 1
 
 SMOKE=0 GPUS=1 MODELS="" DATASETS="flan,orcamath" EXAMPLES="" OUT_DIR="" CONVERGENCE=0 MAIN=1 CONV_EXAMPLES=""
-MODES="pad,flatten,pack,fixed,fixed-nopos" PEER_MODES_ARG="flatten,pad" REPORT_ONLY=0
+MODES="pad,flatten,pack,fixed,fixed-nopos" PEER_MODES_ARG="flatten,pad" REPORT_ONLY=0 FP_SETS=()
 usage() { sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -47,6 +48,7 @@ while [ $# -gt 0 ]; do
     --modes) MODES=$2; shift ;;
     --peer-modes) PEER_MODES_ARG=$2; shift ;;
     --report-only) REPORT_ONLY=1 ;;
+    --fptrain-set) FP_SETS+=(--set "$2"); shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "reproduce.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -225,7 +227,7 @@ run_failed() {  # impl name model dataset mode: counts it, leaves a FAILED row f
 train_run() {  # name config model dataset mode: trains, then the run's JSON line in $WORK/json/NAME.json
   local name=$1 cfg=$2 m=$3 d=$4 mode=$5 run=$WORK/runs/$1
   rm -rf "$run"
-  if launch "$FPTRAIN" train "$cfg" > "$LOGS/$name.log" 2>&1 &&
+  if launch "$FPTRAIN" train "$cfg" "${FP_SETS[@]}" > "$LOGS/$name.log" 2>&1 &&
      "$PYTHON" "$TOOLS" fptrain-run --run "$run" --model "$m" --dataset "$d" --mode "$mode" \
        --warmup-steps "$WARMUP" --world-size "$GPUS" > "$WORK/json/$name.json" 2>> "$LOGS/$name.log"; then
     progress "$name: $("$PYTHON" "$TOOLS" line "$WORK/json/$name.json")"
