@@ -3,10 +3,7 @@
 #include "trainer/flat_adamw.h"
 
 #include <ATen/record_function.h>
-#include <c10/core/Event.h>
 #include <c10/core/GradMode.h>
-#include <c10/core/StreamGuard.h>
-#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <stdexcept>
 #include <unordered_map>
@@ -27,7 +24,7 @@ FlatLayout make_layout(const std::vector<std::string>& names, const std::vector<
   std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
   for (size_t i = 0; i < names.size(); ++i) shapes.emplace_back(names[i], params[i].sizes().vec());
   const int64_t shards = dp.comm && dp.shard ? dp.comm->world_size() : 1;
-  return FlatLayout(shapes, alignment, shards, dp.bucket_elements);
+  return FlatLayout(shapes, alignment, shards, dp.comm ? dp.bucket_elements : 0);
 }
 
 }  // namespace
@@ -46,16 +43,11 @@ AdamW::AdamW(std::vector<std::string> names, std::vector<at::Tensor> params, con
   c10::NoGradGuard no_grad;
   const at::Tensor& w = flat_->weights();
   const FlatLayout& l = flat_->layout();
-  overlap_ = options.overlap_step && w.is_cuda();
   if (dp_.shard) {
     for (const ShardRange& r : l.shard_ranges(dp_.comm->rank())) ranges_.push_back({r.bucket, r.flat_offset, r.local_offset, r.numel});
-  } else if (overlap_) {
-    for (size_t b = 0; b < l.buckets().size(); ++b)
-      ranges_.push_back({b, l.buckets()[b].offset, l.buckets()[b].offset, l.buckets()[b].size});
   } else {
     ranges_.push_back({0, 0, 0, l.total()});
   }
-  if (overlap_) side_ = c10::impl::VirtualGuardImpl(w.device().type()).getStreamFromGlobalPool(w.device());
   const int64_t local = dp_.shard ? l.shard_size() : l.total();
   const auto state_options = w.options().dtype(master_weights_ ? at::kFloat : w.scalar_type());
   if (master_weights_) {
@@ -132,13 +124,6 @@ void AdamW::step(double lr, CommClock* clock) {
   h.eps = options_.eps;
   h.weight_decay = options_.weight_decay;
   h.step = steps_taken_;
-  if (overlap_ && !accum_active_) {
-    clock_ = clock;
-    step_beside_next_forward(h);
-    coef_pending_ = false;
-    flat_->release_collected();
-    return;
-  }
   if (!dp_.shard) {
     flat::adamw_step(flat_->weights(), master_, exp_avg_, exp_avg_sq_, flat_->grads(),
                      accum_active_ ? accum_ : at::Tensor(), coef_pending_ ? coef_ : at::Tensor(), h);
@@ -160,44 +145,6 @@ void AdamW::step(double lr, CommClock* clock) {
     }
   }
   zero_grad();
-}
-
-// optimizer.overlap_step: the same updates, bucket by bucket in flat order on
-// the side stream, which first waits for everything the compute stream queued
-// (the backward, the norm and the clip coefficient). Each bucket's gradients
-// are zeroed there right after its update, and then each bucket becomes a
-// pending "gather" (sharded: the all-gather itself, launched from the side
-// stream) that the next forward waits for just before the first stage that
-// reads it. The compute stream runs on into that forward meanwhile.
-void AdamW::step_beside_next_forward(const flat::AdamWHyper& h) {
-  wait_for_all_weights();
-  const at::Device device = flat_->weights().device();
-  const c10::impl::VirtualGuardImpl impl(device.type());
-  c10::Event backward_done(device.type());
-  backward_done.record(impl.getStream(device));
-  backward_done.block(*side_);
-  c10::StreamGuard on_side(*side_);
-  const auto& buckets = flat_->layout().buckets();
-  for (const Range& r : ranges_) {
-    auto slice = [&](const at::Tensor& t, int64_t at) { return t.defined() ? t.narrow(0, at, r.numel) : t; };
-    flat::adamw_step(slice(flat_->weights(), r.flat), slice(master_, r.local), slice(exp_avg_, r.local),
-                     slice(exp_avg_sq_, r.local), slice(flat_->grads(), r.flat), at::Tensor(),
-                     coef_pending_ ? coef_ : at::Tensor(), h);
-    const FlatBucket& b = buckets[r.bucket];
-    // Zeroed before the bucket counts as done: the next backward may write it
-    // as soon as the forward has waited for the last bucket.
-    flat_->zero_grads(b.offset, b.offset + b.size);
-    if (dp_.shard) {
-      gathers_.push_back({b.offset, dp_.comm->all_gather(flat_->weights().narrow(0, r.flat, r.numel),
-                                                         flat_->weights().narrow(0, b.offset, b.size))});
-    } else {
-      auto updated = std::make_shared<c10::Event>(device.type());
-      updated->record(*side_);
-      gathers_.push_back({b.offset, distributed::Pending([updated, device] {
-                            updated->block(c10::impl::VirtualGuardImpl(device.type()).getStream(device));
-                          })});
-    }
-  }
 }
 
 void AdamW::wait_for_weights(int64_t end) {

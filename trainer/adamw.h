@@ -21,17 +21,13 @@
 #include "distributed/communicator.h"
 #include "trainer/comm_clock.h"
 #include "trainer/config.h"
-#include "trainer/flat_adamw.h"
 #include "trainer/flat_parameters.h"
 
 #include <ATen/ATen.h>
 
-#include <c10/core/Stream.h>
-
 #include <deque>
 #include <limits>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -106,10 +102,6 @@ class AdamW {
   void load_state(const std::vector<std::pair<std::string, at::Tensor>>& tensors, int64_t steps_taken,
                   const std::string& source = "optimizer state");
   bool sharded() const { return dp_.shard; }
-  // Whether step() leaves its updates running beside the caller's next work
-  // (optimizer.overlap_step on a GPU): then anything that reads the weights
-  // waits for them (wait_for_weights), as after a sharded step.
-  bool overlaps() const { return overlap_; }
 
   // The buffers, for tests and benchmarks: [layout total] each; master undefined
   // without master weights; accumulator undefined until accumulate_gradients().
@@ -137,10 +129,6 @@ class AdamW {
   };
   std::deque<PendingGather> gathers_;  // in flat order
   CommClock* clock_ = nullptr;
-  // optimizer.overlap_step: the updates run on this stream, bucket by bucket.
-  bool overlap_ = false;
-  std::optional<c10::Stream> side_;
-  void step_beside_next_forward(const flat::AdamWHyper& h);
 
   std::vector<std::string> names_;
   OptimizerSection options_;

@@ -382,10 +382,6 @@ const std::vector<KeyDef>& key_defs() {
               "with master weights: sum the micro-batches' gradients in fp32 (4 more bytes per parameter, one "
               "more pass per micro-batch) instead of in place in the model dtype",
               MEMBER(optimizer.fp32_grad_accumulation));
-    t.boolean("optimizer.overlap_step",
-              "on a GPU: the update runs bucket by bucket (distributed.bucket_mb) on a side stream beside the next "
-              "step's forward, each layer waiting only for its own bucket (not with fp32_grad_accumulation)",
-              MEMBER(optimizer.overlap_step));
     t.number("optimizer.grad_clip", "max global gradient L2 norm; 0 disables clipping", MEMBER(optimizer.grad_clip),
              0.0, 1e9);
     // schedule
@@ -422,9 +418,8 @@ const std::vector<KeyDef>& key_defs() {
                              "auto = true with more than one rank: fp32 masters and AdamW moments split across ranks "
                              "(ZeRO-1), gradients reduce-scattered (ZeRO-2); false = every rank holds all, all-reduce",
                              MEMBER(distributed.shard_optimizer));
-    t.number("distributed.bucket_mb",
-             "size of the gradient buckets reduced while the backward runs (MiB; fractions for tiny models)",
-             MEMBER(distributed.bucket_mb), 0.0, 1 << 20, /*lo_open=*/true);
+    t.integer("distributed.bucket_mb", "size of the gradient buckets reduced while the backward runs (MiB)",
+              MEMBER(distributed.bucket_mb), 1, 1 << 20);
     t.choice<Transfers>("distributed.transfers",
                         "how gradient reduce-scatters and weight all-gathers move between GPUs: auto = copy engines "
                         "when every rank is on one node and the GPUs map each other's memory (no SMs taken from the "

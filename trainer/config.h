@@ -89,9 +89,6 @@ struct OptimizerSection {
   // micro-batch and 4 bytes per parameter) instead of in the model dtype, in place.
   bool fp32_grad_accumulation = false;
   double grad_clip = 1.0;  // global L2 norm; 0 disables clipping
-  // On a GPU: update bucket by bucket on a side stream while the next step's
-  // forward starts, each stage waiting only for its own bucket's update.
-  bool overlap_step = false;
 };
 
 struct ScheduleSection {
@@ -131,7 +128,7 @@ struct DistributedSection {
   int64_t timeout = 600;  // seconds: a dead or hung rank makes every other exit within this
   // ZeRO-1/2 (auto: on when world > 1): masters and moments split across ranks, gradients reduce-scattered.
   ShardOptimizer shard_optimizer = ShardOptimizer::kAuto;
-  double bucket_mb = 512;  // gradient buckets (model dtype) reduced while the backward runs
+  int64_t bucket_mb = 512;  // gradient buckets (model dtype) reduced while the backward runs
   // How reduce-scatters and all-gathers of the flat buffers move between GPUs.
   Transfers transfers = Transfers::kAuto;
 };

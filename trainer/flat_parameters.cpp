@@ -94,14 +94,6 @@ void FlatParameters::zero_grads() {
   for (const auto& [begin, end] : zero_ranges_) grads_.narrow(0, begin, end - begin).zero_();
 }
 
-void FlatParameters::zero_grads(int64_t begin, int64_t end) {
-  c10::NoGradGuard no_grad;
-  for (const auto& [b, e] : zero_ranges_) {
-    const int64_t lo = std::max(b, begin), hi = std::min(e, end);
-    if (lo < hi) grads_.narrow(0, lo, hi - lo).zero_();
-  }
-}
-
 void FlatParameters::keep_on_zero(const std::vector<const at::Tensor*>& kept) {
   std::vector<bool> keep(params_.size(), false);
   for (const at::Tensor* t : kept) {

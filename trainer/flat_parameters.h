@@ -54,8 +54,6 @@ class FlatParameters {
   // Zeroes the gradient buffer (one memset), except the parameters given to
   // keep_on_zero().
   void zero_grads();
-  // The same for the elements [begin, end) only.
-  void zero_grads(int64_t begin, int64_t end);
   // Parameters (the same tensors as params()) whose gradients the next backward
   // overwrites rather than adds to (models/grad_sink_linear.h): zero_grads()
   // leaves their segments alone. Throws for a tensor that is not a parameter.

@@ -51,12 +51,6 @@ std::string gib_text(int64_t bytes) {
   return buf;
 }
 
-std::string number_text(double v) {  // 512, 0.25
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
-
 // One run per output_dir at a time: an advisory lock held while the run lives.
 class OutputDirLock {
  public:
@@ -354,7 +348,7 @@ void Run::set_up() {
               (optimizer_->sharded() ? "sharded (each rank: 1/" + std::to_string(world()) + " of masters and moments)"
                                      : std::string("replicated")) +
               ", " + std::to_string(l.buckets().size()) + " gradient bucket(s) of up to " +
-              number_text(config_.distributed.bucket_mb) + " MiB; per rank " + gib_text(m["weights_bytes"]) +
+              std::to_string(config_.distributed.bucket_mb) + " MiB; per rank " + gib_text(m["weights_bytes"]) +
               " weights, " + gib_text(m["gradients_bytes"]) + " gradients, " + gib_text(m["optimizer_state_bytes"]) +
               " optimizer state");
   }
@@ -422,12 +416,9 @@ void Run::make_optimizer() {
   if (group_) {
     dp.comm = &group_->comm();
     dp.shard = config_.distributed.shard_optimizer != ShardOptimizer::kOff;
+    dp.bucket_elements = config_.distributed.bucket_mb * (int64_t{1} << 20) /
+                         static_cast<int64_t>(c10::elementSize(params.front().scalar_type()));
   }
-  // Buckets: what the gradients are reduced in, and what an overlapped step updates one at a time.
-  if (group_ || config_.optimizer.overlap_step)
-    dp.bucket_elements = std::max<int64_t>(
-        1, static_cast<int64_t>(config_.distributed.bucket_mb * static_cast<double>(int64_t{1} << 20) /
-                                static_cast<double>(c10::elementSize(params.front().scalar_type()))));
   optimizer_ = std::make_unique<AdamW>(names, params, config_.optimizer, FlatLayout::kDefaultAlignment, dp);
   // The projection weights' gradients are written by their backward GEMMs into
   // the flat buffer, so the buffer is not zeroed for them between steps.
@@ -445,10 +436,7 @@ void Run::make_optimizer() {
     reducer_ = std::make_unique<GradReducer>(optimizer_->flat(), group_->comm(), optimizer_->sharded());
     comm_clock_ = std::make_unique<CommClock>(device_.device);
   }
-  if (optimizer_->sharded() || optimizer_->overlaps()) wait_for_weights_stage_by_stage();
-  if (config_.optimizer.overlap_step)
-    log::info(optimizer_->overlaps() ? "optimizer.overlap_step: the update runs bucket by bucket beside the next forward"
-                                     : "optimizer.overlap_step: off on the " + device_.device.str() + " (GPU only)");
+  if (optimizer_->sharded()) wait_for_weights_stage_by_stage();
 }
 
 // The forward waits for each bucket's all-gather (AdamW::step) just before the

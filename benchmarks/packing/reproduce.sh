@@ -23,7 +23,7 @@
 #   --peer-modes transformers modes (default flatten,pad; none: no peer run)
 #   --report-only  no runs: the table and plots from the run results already in the work folder's json/
 #                (those of the selected models, datasets and modes), e.g. gathered from several calls
-#   --fptrain-set  one more setting for every fptrain run (repeatable), e.g. optimizer.overlap_step=true
+#   --fptrain-set  one more setting for every fptrain run (repeatable), e.g. distributed.transfers=nccl
 #
 # Environment: PYTHON (default .venv/bin/python), FPTRAIN (default build/apps/fptrain),
 # FPTRAIN_PACKING_WORK (default runs/packing[/smoke]): data, models and run folders, reused between runs.

@@ -2,7 +2,7 @@
 # The step issue's seed setup and best-against-best on one GPU, fptrain and the
 # transformers peers in the same run: Llama-2-7B shape (random init, bf16),
 # FLAN-like data, flatten, 4 examples per micro-batch.
-#   fptrain  every_layer, grad accumulation 2, fp32 masters   (the seed setup), also with optimizer.overlap_step
+#   fptrain  every_layer, grad accumulation 2, fp32 masters   (the seed setup)
 #   fptrain  auto checkpointing, grad accumulation 1           (its best setting), also with bf16 AdamW
 #            (optimizer.master_weights: false, as the peer's optimizer)
 #   transformers + FA2 varlen (torch's) + checkpointing, grad accumulation 2, with and without Liger Kernel
@@ -51,7 +51,7 @@ fp() {  # name, checkpointing, grad accumulation, master weights (true: fp32 mas
 model: {path: $WORK/llama2-7b, dtype: bfloat16, activation_checkpointing: $2}
 data: {train: $WORK/$data.jsonl, max_length: 4096, workers: 8, shuffle: false}
 batching: {mode: flatten, examples_per_micro_batch: $examples, grad_accumulation: $3}
-optimizer: {lr: 1.0e-4, grad_clip: 1.0, master_weights: ${4:-true}${EXTRA_OPT:+, $EXTRA_OPT}}
+optimizer: {lr: 1.0e-4, grad_clip: 1.0, master_weights: ${4:-true}}
 schedule: {warmup_steps: 2}
 training: {max_steps: $STEPS}
 logging: {log_interval: 5, profile_warmup: $((profile > 0 ? 6 : 0)), profile_steps: $profile}
@@ -87,10 +87,6 @@ fp fptrain-auto-bf16-adamw auto 1 false
 fp fptrain-selective-bf16-adamw selective 1 false
 fp fptrain-ckpt-bf16-adamw every_layer 1 false
 fp fptrain-orca-ckpt-ga2 every_layer 2 true orca
-# The update beside the next forward (optimizer.overlap_step), seed setup and best setting.
-EXTRA_OPT="overlap_step: true" fp fptrain-ckpt-ga2-overlap every_layer 2
-EXTRA_OPT="overlap_step: true" fp fptrain-orca-ckpt-ga2-overlap every_layer 2 true orca
-EXTRA_OPT="overlap_step: true" fp fptrain-auto-bf16-adamw-overlap auto 1 false
 hf hf-ckpt-ga2 flan --grad-accum 2
 hf hf-liger-nockpt flan --liger --no-checkpointing
 hf hf-orca-ckpt-ga2 orca --grad-accum 2

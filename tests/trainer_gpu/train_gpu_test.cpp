@@ -70,47 +70,6 @@ TEST(TrainGpu, AutoPicksCudaAndBf16) {
   EXPECT_NE(summary["device"].get<std::string>().find("NVIDIA"), std::string::npos) << summary.dump();
 }
 
-// optimizer.overlap_step moves the same updates to a side stream, bucket by
-// bucket, beside the next forward: with the deterministic reference attention
-// the run is the same bit for bit (losses, gradient norms, the final weights),
-// with many buckets and one, with and without checkpointing.
-TEST(TrainGpu, OverlappedOptimizerStepTrainsBitForBitTheSame) {
-  ASSERT_TRUE(at::hasCUDA());
-  TempDir dir;
-  auto final_weights = [](const fs::path& run) {
-    for (const auto& e : fs::recursive_directory_iterator(run))
-      if (e.path().filename() == "model.safetensors") return read_file(e.path());
-    return std::string();
-  };
-  for (const char* bucket : {"0.02", "64"}) {
-    for (const char* ckpt : {"none", "every_layer"}) {
-      std::vector<fs::path> runs;
-      for (const char* overlap : {"false", "true"}) {
-        const std::string name = std::string("b") + bucket + "-" + ckpt + "-" + overlap;
-        const std::string cfg = dir.write(name + ".yaml", gpu_config(dir / name, "reference", "bfloat16"));
-        const CommandResult r = run_fptrain({"train", cfg, "--set", "training.max_steps=8", "--set",
-                                             std::string("optimizer.overlap_step=") + overlap, "--set",
-                                             std::string("distributed.bucket_mb=") + bucket, "--set",
-                                             std::string("model.activation_checkpointing=") + ckpt});
-        ASSERT_EQ(r.exit_code, 0) << r.output;
-        if (std::string(overlap) == "true")
-          EXPECT_NE(r.output.find("bucket by bucket beside the next forward"), std::string::npos) << r.output;
-        runs.push_back(dir / name);
-      }
-      const auto off = train_records(runs[0]), on = train_records(runs[1]);
-      ASSERT_EQ(on.size(), 8u);
-      ASSERT_EQ(off.size(), on.size());
-      for (size_t i = 0; i < on.size(); ++i) {
-        EXPECT_EQ(on[i]["loss"].get<double>(), off[i]["loss"].get<double>()) << bucket << " " << ckpt << " step " << i + 1;
-        EXPECT_EQ(on[i]["grad_norm"].get<double>(), off[i]["grad_norm"].get<double>()) << "step " << i + 1;
-      }
-      const std::string w_on = final_weights(runs[1]);
-      EXPECT_FALSE(w_on.empty());
-      EXPECT_TRUE(w_on == final_weights(runs[0])) << bucket << " " << ckpt << ": final weights differ";
-    }
-  }
-}
-
 TEST(TrainGpu, ActivationCheckpointingKeepsTheGradients) {
   const models::ModelConfig config = models::load_model_config(fixture("llama64") / "config.json");
   auto grads = [&](int64_t every_k) {
