@@ -184,32 +184,30 @@ TEST(DataParallelLaunch, EveryRankOfMismatchedConfigurationsSaysWhy) {
   }
 }
 
-TEST(DataParallelLaunch, OneNamedGpuForEveryRankIsRefused) {
-  // device: cuda:0 would put every rank on one GPU. The refusal (or, on a
-  // machine without a GPU, the report of that) comes before any connection.
+// Two ranks launched with `set` both exit non-zero, fast (before they
+// connect), with an error matching `error`.
+void expect_both_ranks_refuse(const std::string& set, const std::string& error) {
   WorkDir dir;
   const fs::path cfg = dir.write("c.yaml", dp_config(dir / "run", "tokens.jsonl"));
-  const Outcome o = run_ranks(dir, "run", 2, train_args(cfg, with(kTen, {"device=cuda:0"})));
+  const Outcome o = run_ranks(dir, "run", 2, train_args(cfg, with(kTen, {set})));
   ASSERT_FALSE(o.timed_out) << o.describe();
   EXPECT_LT(o.seconds, kFast);
   for (int r = 0; r < 2; ++r) {
     EXPECT_NE(o.exit_codes[r], 0) << o.describe();
-    EXPECT_TRUE(some_error_matches(o.outputs[r], R"(cuda:LOCAL_RANK|no CUDA GPU|GPU\(s\) are visible)")) << o.outputs[r];
+    EXPECT_TRUE(some_error_matches(o.outputs[r], error)) << o.outputs[r];
   }
+}
+
+TEST(DataParallelLaunch, OneNamedGpuForEveryRankIsRefused) {
+  // device: cuda:0 would put every rank on one GPU. The refusal (or, on a
+  // machine without a GPU, the report of that) comes before any connection.
+  expect_both_ranks_refuse("device=cuda:0", R"(cuda:LOCAL_RANK|no CUDA GPU|GPU\(s\) are visible)");
 }
 
 TEST(DataParallelLaunch, CopyEngineTransfersBetweenCpuProcessesAreRefused) {
   // distributed.transfers: copy_engine promises copies between GPUs or an
   // error; CPU ranks say so before they connect.
-  WorkDir dir;
-  const fs::path cfg = dir.write("c.yaml", dp_config(dir / "run", "tokens.jsonl"));
-  const Outcome o = run_ranks(dir, "run", 2, train_args(cfg, with(kTen, {"distributed.transfers=copy_engine"})));
-  ASSERT_FALSE(o.timed_out) << o.describe();
-  EXPECT_LT(o.seconds, kFast);
-  for (int r = 0; r < 2; ++r) {
-    EXPECT_NE(o.exit_codes[r], 0) << o.describe();
-    EXPECT_TRUE(some_error_matches(o.outputs[r], R"(distributed\.transfers: copy_engine)")) << o.outputs[r];
-  }
+  expect_both_ranks_refuse("distributed.transfers=copy_engine", R"(distributed\.transfers: copy_engine)");
 }
 
 TEST(DataParallelLaunch, ARankWhosePeerNeverComesNamesIt) {
