@@ -11,6 +11,9 @@
 #   the seed setup again on OrcaMath-like data (longer examples), fptrain and transformers + FA2
 #   short documents (alpaca-like, median ~100 tokens, 32 examples per micro-batch), fptrain and transformers + FA2
 #   a step profile of fptrain's best setting (logging.profile_steps; profile-7b.{md,json})
+#   the Llama-3.2-1B shape (fptrain init --preset llama-1b: vocabulary 128k, tied), no checkpointing, ~16k tokens
+#   per step: fptrain pack 16384 tokens and flatten 35 examples (~16.5k tokens, the peer's batch), fp32 masters;
+#   transformers + FA2 and + Liger on the same 35 examples (rows fptrain-1b-*, hf-1b-*)
 # Both sides take the examples in file order (fptrain data.shuffle false, the peer --no-shuffle),
 # so every run is timed on the same steps' tokens: with FLAN-like lengths the tokens of 4
 # examples vary by ~75% and a dozen shuffled steps differ by ±10% between runs.
@@ -38,6 +41,7 @@ fi
   [ -s "$WORK/alpaca.jsonl" ] || "$PYTHON" scripts/make_dataset.py --profile alpaca --examples 8000 --seed 0 --out "$WORK/alpaca.jsonl"
   [ -s "$WORK/tok/config.json" ] || "$FPTRAIN" init "$WORK/tok" --preset tiny --corpus "$WORK/flan.jsonl"
   "$PYTHON" "$TOOLS" make-model --out "$WORK/llama2-7b" --tokenizer-from "$WORK/tok" --shape llama2-7b
+  [ -s "$WORK/llama-1b/config.json" ] || "$FPTRAIN" init "$WORK/llama-1b" --preset llama-1b --corpus "$WORK/flan.jsonl"
 } > "$OUT/seed-prep.log" 2>&1 || { echo "prep failed"; tail -20 "$OUT/seed-prep.log"; exit 1; }
 results=()
 # FPTRAIN_SEED_ONLY="name ...": only these rows (e.g. the seed setup's four).
@@ -45,12 +49,14 @@ wanted() { [ -z "${FPTRAIN_SEED_ONLY:-}" ] || [[ " $FPTRAIN_SEED_ONLY " == *" $1
 fp() {  # name, checkpointing, grad accumulation, master weights (true: fp32 masters and moments), [data], [profile],
         # [examples per micro-batch]
   wanted "$1" || return 0
-  local run=$WORK/run-$1 data=${5:-flan} profile=${6:-0} examples=${7:-4}
+  local run=$WORK/run-$1 data=${5:-flan} profile=${6:-0} examples=${7:-4} model=${MODEL:-llama2-7b}
+  local batching="{mode: flatten, examples_per_micro_batch: $examples, grad_accumulation: $3}"
+  [ -n "${PACK_TOKENS:-}" ] && batching="{mode: pack, max_tokens: $PACK_TOKENS, grad_accumulation: $3}"
   rm -rf "$run"
   cat > "$WORK/$1.yaml" <<YAML
-model: {path: $WORK/llama2-7b, dtype: bfloat16, activation_checkpointing: $2}
+model: {path: $WORK/$model, dtype: bfloat16, activation_checkpointing: $2}
 data: {train: $WORK/$data.jsonl, max_length: 4096, workers: 8, shuffle: false}
-batching: {mode: flatten, examples_per_micro_batch: $examples, grad_accumulation: $3}
+batching: $batching
 optimizer: {lr: 1.0e-4, grad_clip: 1.0, master_weights: ${4:-true}}
 schedule: {warmup_steps: 2}
 training: {max_steps: $STEPS}
@@ -64,7 +70,7 @@ YAML
     if [ "$profile" -gt 0 ]; then
       cp "$run/profile.md" "$OUT/profile-7b.md"; cp "$run/profile.json" "$OUT/profile-7b.json"; return 0
     fi
-    "$PYTHON" "$TOOLS" fptrain-run --run "$run" --name "$1" --world-size 1 --examples-per-gpu "$examples" > "$WORK/$1.json" &&
+    "$PYTHON" "$TOOLS" fptrain-run --run "$run" --name "$1" --world-size 1 --examples-per-gpu "$([ -n "${PACK_TOKENS:-}" ] && echo 0 || echo "$examples")" > "$WORK/$1.json" &&
       results+=("$WORK/$1.json") && tail -1 "$WORK/$1.json"
   else
     echo "FAILED $1"; tail -5 "$OUT/seed-$1.log"
@@ -73,8 +79,8 @@ YAML
 hf() {  # name, data, extra args...
   wanted "$1" || return 0
   local name=$1 data=$2; shift 2
-  local batch=4; [ "$data" = alpaca ] && batch=32
-  if timeout 240 "$PYTHON" benchmarks/distributed/hf_ddp.py --model "$WORK/llama2-7b" --data "$WORK/$data.jsonl" --no-shuffle \
+  local batch=${BATCH:-4}; [ "$data" = alpaca ] && batch=32
+  if timeout 240 "$PYTHON" benchmarks/distributed/hf_ddp.py --model "$WORK/${MODEL:-llama2-7b}" --data "$WORK/$data.jsonl" --no-shuffle \
        --batch "$batch" --steps "$STEPS" --warmup 5 --name "$name" "$@" > "$WORK/$name.out" 2> "$OUT/seed-$name.log"; then
     grep '^{' "$WORK/$name.out" | tail -1 > "$WORK/$name.json" && results+=("$WORK/$name.json") && cat "$WORK/$name.json" | cut -c1-300
   else
@@ -94,6 +100,11 @@ hf hf-orca-ckpt-ga2 orca --grad-accum 2
 # setup otherwise.
 fp fptrain-alpaca-ckpt-ga2 every_layer 2 true alpaca 0 32
 hf hf-alpaca-ckpt-ga2 alpaca --grad-accum 2
+# Llama-3.2-1B shape, no checkpointing, ~16k tokens per step (the issue's 1B target).
+MODEL=llama-1b PACK_TOKENS=16384 fp fptrain-1b-pack16k none 1
+MODEL=llama-1b fp fptrain-1b-flatten35 none 1 true flan 0 35
+MODEL=llama-1b BATCH=35 hf hf-1b-fa2 flan --no-checkpointing
+MODEL=llama-1b BATCH=35 hf hf-1b-liger flan --liger --no-checkpointing
 [ "${FPTRAIN_SEED_PROFILE:-1}" = 0 ] || fp fptrain-auto-bf16-adamw-profile auto 1 false flan 5
 "$PYTHON" - "$OUT" "${results[@]}" <<'PY'
 import datetime, json, sys
@@ -118,11 +129,13 @@ with open(f"{out}/seed-7b.md", "w") as f:
     ratio("fptrain-auto", "hf-liger-nockpt", "best against best, fptrain auto (fp32 masters) / transformers + Liger without checkpointing")
     ratio("fptrain-auto-bf16-adamw", "hf-liger-nockpt", "best against best with the peer's bf16 AdamW (target >= 1.5x at <= its peak memory)")
     ratio("fptrain-orca-ckpt-ga2", "hf-orca-ckpt-ga2", "seed setup on OrcaMath-like data, fptrain / transformers + FA2 (target >= 1.4x)")
+    ratio("fptrain-1b-pack16k", "hf-1b-liger", "Llama-3.2-1B shape, fptrain pack 16k (fp32 masters) / transformers + Liger, 35 examples (target >= 1.3x at <= 42 GiB)")
+    ratio("fptrain-1b-flatten35", "hf-1b-liger", "Llama-3.2-1B shape, same 35 examples per step, fptrain (fp32 masters) / transformers + Liger (target >= 1.3x)")
     ratio("fptrain-alpaca-ckpt-ga2", "hf-alpaca-ckpt-ga2", "short documents (alpaca-like, 32 examples per micro-batch), fptrain / transformers + FA2")
     peer = by.get("hf-liger-nockpt")
     if peer:
         fits = [r for r in rows if r["name"].startswith("fptrain") and r["peak_allocated_gib"] <= peer["peak_allocated_gib"]
-                and "orca" not in r["name"]]
+                and "orca" not in r["name"] and "-1b-" not in r["name"] and "alpaca" not in r["name"]]
         if fits:
             best = max(fits, key=lambda r: r["tokens_per_s"])
             f.write(f"\n- best against best at <= the peer's peak memory ({peer['peak_allocated_gib']:.1f} GiB): "
