@@ -18,7 +18,7 @@
 # so every run is timed on the same steps' tokens: with FLAN-like lengths the tokens of 4
 # examples vary by ~75% and a dozen shuffled steps differ by ±10% between runs.
 # 30 steps (FPTRAIN_SEED_STEPS), the first 5 not measured; FPTRAIN_SEED_ONLY picks rows by name. Liger travels as a wheel in .whl/ (installed
-# into the work folder). Writes $OUT/seed-7b.{json,md}.
+# into the work folder). Writes $OUT/seed-7b.{json,md} (seed_report.py; --merge joins several calls').
 #   FPTRAIN_BUILD_DIR=build-gpu OUT=out benchmarks/train/seed_7b.sh
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -106,41 +106,4 @@ MODEL=llama-1b fp fptrain-1b-flatten35 none 1 true flan 0 35
 MODEL=llama-1b BATCH=35 hf hf-1b-fa2 flan --no-checkpointing
 MODEL=llama-1b BATCH=35 hf hf-1b-liger flan --liger --no-checkpointing
 [ "${FPTRAIN_SEED_PROFILE:-1}" = 0 ] || fp fptrain-auto-bf16-adamw-profile auto 1 false flan 5
-"$PYTHON" - "$OUT" "${results[@]}" <<'PY'
-import datetime, json, sys
-out, files = sys.argv[1], sys.argv[2:]
-rows = [json.loads(open(f).read().strip().splitlines()[-1]) for f in files]
-date = datetime.date.today().isoformat()
-dev = next((r.get("device") for r in rows if r.get("device")), "?")
-json.dump({"date": date, "device": dev, "runs": rows}, open(f"{out}/seed-7b.json", "w"), indent=2)
-by = {r["name"]: r for r in rows}
-with open(f"{out}/seed-7b.md", "w") as f:
-    f.write(f"Llama-2-7B shape, FLAN-like data, flatten, 4 examples per micro-batch, one GPU; {dev}, {date}. "
-            "fptrain: bf16 weights, fp32 masters and moments; transformers: bf16 weights, torch AdamW (fused), "
-            "torch's FA2 varlen. Tokens/s = non-padding tokens over steady-state time; MFU = 6 N tokens/s over 989 TFLOP/s.\n\n")
-    f.write("| run | tokens/s | MFU | peak allocated GiB |\n| --- | ---: | ---: | ---: |\n")
-    for r in rows:
-        f.write(f"| {r['name']} | {r['tokens_per_s']:,.0f} | {100 * r['mfu']:.1f}% | {r['peak_allocated_gib']:.1f} |\n")
-    def ratio(a, b, what):
-        if a in by and b in by:
-            f.write(f"\n- {what}: {by[a]['tokens_per_s']:,.0f} / {by[b]['tokens_per_s']:,.0f} = "
-                    f"{by[a]['tokens_per_s'] / by[b]['tokens_per_s']:.2f}x")
-    ratio("fptrain-ckpt-ga2", "hf-ckpt-ga2", "seed setup, fptrain / transformers + FA2 (target >= 1.5x)")
-    ratio("fptrain-auto", "hf-liger-nockpt", "best against best, fptrain auto (fp32 masters) / transformers + Liger without checkpointing")
-    ratio("fptrain-auto-bf16-adamw", "hf-liger-nockpt", "best against best with the peer's bf16 AdamW (target >= 1.5x at <= its peak memory)")
-    ratio("fptrain-orca-ckpt-ga2", "hf-orca-ckpt-ga2", "seed setup on OrcaMath-like data, fptrain / transformers + FA2 (target >= 1.4x)")
-    ratio("fptrain-1b-pack16k", "hf-1b-liger", "Llama-3.2-1B shape, fptrain pack 16k (fp32 masters) / transformers + Liger, 35 examples (target >= 1.3x at <= 42 GiB)")
-    ratio("fptrain-1b-flatten35", "hf-1b-liger", "Llama-3.2-1B shape, same 35 examples per step, fptrain (fp32 masters) / transformers + Liger (target >= 1.3x)")
-    ratio("fptrain-alpaca-ckpt-ga2", "hf-alpaca-ckpt-ga2", "short documents (alpaca-like, 32 examples per micro-batch), fptrain / transformers + FA2")
-    peer = by.get("hf-liger-nockpt")
-    if peer:
-        fits = [r for r in rows if r["name"].startswith("fptrain") and r["peak_allocated_gib"] <= peer["peak_allocated_gib"]
-                and "orca" not in r["name"] and "-1b-" not in r["name"] and "alpaca" not in r["name"]]
-        if fits:
-            best = max(fits, key=lambda r: r["tokens_per_s"])
-            f.write(f"\n- best against best at <= the peer's peak memory ({peer['peak_allocated_gib']:.1f} GiB): "
-                    f"{best['name']} ({best['peak_allocated_gib']:.1f} GiB) {best['tokens_per_s']:,.0f} / "
-                    f"{peer['tokens_per_s']:,.0f} = {best['tokens_per_s'] / peer['tokens_per_s']:.2f}x (target >= 1.5x)")
-    f.write("\n")
-print(open(f"{out}/seed-7b.md").read())
-PY
+"$PYTHON" "$ROOT/benchmarks/train/seed_report.py" "$OUT" "${results[@]}"
