@@ -16,4 +16,11 @@ bool hopper_kernels_support(int64_t head_dim, at::ScalarType dtype);
 at::Tensor hopper_varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                    const VarlenSpec& spec);
 
+// Activation checkpointing's replay (varlen_attention.h): the forward without
+// autograd, returning the output and filling record; the replayed forward.
+at::Tensor hopper_varlen_attention_recorded(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                            const VarlenSpec& spec, AttentionRecord& record);
+at::Tensor hopper_varlen_attention_replayed(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                            const VarlenSpec& spec, const AttentionRecord& record);
+
 }  // namespace fptrain::attention

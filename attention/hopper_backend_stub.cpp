@@ -16,6 +16,15 @@ at::Tensor hopper_varlen_attention(const at::Tensor&, const at::Tensor&, const a
   throw std::runtime_error(
       "attention backend 'hopper' is not in this build (built without CUDA); use torch-fa2 or reference");
 }
+at::Tensor hopper_varlen_attention_recorded(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                            const VarlenSpec& spec, AttentionRecord&) {
+  return hopper_varlen_attention(q, k, v, spec);
+}
+
+at::Tensor hopper_varlen_attention_replayed(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                            const VarlenSpec& spec, const AttentionRecord&) {
+  return hopper_varlen_attention(q, k, v, spec);
+}
 #endif
 
 }  // namespace fptrain::attention

@@ -6,6 +6,8 @@
 #include "attention/reference_attention.h"
 #include "attention/torch_fa2_attention.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
@@ -122,8 +124,9 @@ void validate_cu_seqlens(const at::Tensor& cu_seqlens_cpu, int64_t total_tokens,
   }
 }
 
-at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            const VarlenSpec& spec, Backend backend) {
+namespace {
+// The checks every entry point makes; false: no tokens (nothing to compute).
+bool check_call(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const VarlenSpec& spec) {
   check_qkv(q, k, v);
   check_spec(q, spec);
   // Boundaries are checked wherever they are on the host already, unless the
@@ -135,14 +138,37 @@ at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::
   } else if (spec.cu_seqlens.device().is_cpu()) {
     validate_cu_seqlens(spec.cu_seqlens, q.size(0), spec.max_seqlen);
   }
-  if (q.size(0) == 0) return q.clone();  // no tokens: empty, still part of q's graph
+  return q.size(0) > 0;
+}
+}  // namespace
 
+at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const VarlenSpec& spec, Backend backend) {
+  if (!check_call(q, k, v, spec)) return q.clone();  // no tokens: empty, still part of q's graph
   switch (backend) {
     case Backend::kReference: return reference_varlen_attention(q, k, v, spec);
     case Backend::kTorchFA2: return torch_fa2_varlen_attention(q, k, v, spec);
     case Backend::kHopper: return hopper_varlen_attention(q, k, v, spec);
   }
   throw std::invalid_argument("varlen_attention: unknown backend");
+}
+
+at::Tensor varlen_attention_recorded(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                     const VarlenSpec& spec, Backend backend, AttentionRecord& record) {
+  record = AttentionRecord{};
+  if (backend != Backend::kHopper || at::GradMode::is_enabled() || !check_call(q, k, v, spec))
+    return varlen_attention(q, k, v, spec, backend);
+  return hopper_varlen_attention_recorded(q, k, v, spec, record);
+}
+
+at::Tensor varlen_attention_replayed(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                     const VarlenSpec& spec, Backend backend, const AttentionRecord& record) {
+  if (!record.replayable() || backend != Backend::kHopper)
+    throw std::logic_error("varlen_attention_replayed: no replayable record for this backend");
+  if (!check_call(q, k, v, spec)) return q.clone();
+  if (record.out.sizes() != q.sizes())
+    throw std::logic_error("varlen_attention_replayed: the record is of another call");
+  return hopper_varlen_attention_replayed(q, k, v, spec, record);
 }
 
 }  // namespace fptrain::attention

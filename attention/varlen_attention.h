@@ -45,6 +45,31 @@ struct VarlenSpec {
 at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const VarlenSpec& spec, Backend backend);
 
+// Replay for activation checkpointing. A checkpointed layer runs its forward
+// twice: once without autograd, keeping only its input, and again in the
+// backward to rebuild the graph. The attention's backward needs only q, k, v
+// (which the recomputation rebuilds anyway, for their weights' gradients), the
+// output and its logsumexp: a layer that keeps those two from the first pass
+// need not run the attention's forward again.
+struct AttentionRecord {
+  at::Tensor out;  // [T, Hq, D]
+  at::Tensor lse;  // the backend's softmax statistics; undefined: this backend cannot replay
+  bool replayable() const { return out.defined() && lse.defined(); }
+};
+
+// Without autograd (call under no_grad): the attention's output, and in
+// `record` what a replay needs where the backend can replay (hopper); with other
+// backends the record stays empty and the recomputation runs the forward again.
+at::Tensor varlen_attention_recorded(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                     const VarlenSpec& spec, Backend backend, AttentionRecord& record);
+
+// Differentiable with respect to q, k and v: returns record.out without
+// computing it; the backward is the backend's own, on these q, k, v and the
+// recorded output and statistics (the same bits as a recomputation's). Needs
+// record.replayable().
+at::Tensor varlen_attention_replayed(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                     const VarlenSpec& spec, Backend backend, const AttentionRecord& record);
+
 // The one rule for boundaries, everywhere: a host (CPU) int32 cu_seqlens that
 // starts at 0, is non-decreasing (an empty sequence is allowed: it contributes
 // nothing), ends at total_tokens, and whose largest step is max_seqlen. Throws

@@ -149,11 +149,12 @@ at::Tensor CausalLM::hidden_states(const PackedInput& in) const {
   for (int64_t layer = 0; layer < config_.num_hidden_layers; ++layer) {
     if (before_stage_) before_stage_(layer);
     if (layer_runner_) {
-      x = layer_runner_(layer, x, [this, layer, rope, spec](const at::Tensor& h) {
-        return decoder_layer(layer, h, rope, spec);
+      auto tape = std::make_shared<LayerTape>();
+      x = layer_runner_(layer, x, [this, layer, rope, spec, tape](const at::Tensor& h) {
+        return decoder_layer(layer, h, rope, spec, tape.get());
       });
     } else {
-      x = decoder_layer(layer, x, rope, spec);
+      x = decoder_layer(layer, x, rope, spec, nullptr);
     }
   }
   if (before_stage_) before_stage_(config_.num_hidden_layers);
@@ -163,28 +164,41 @@ at::Tensor CausalLM::hidden_states(const PackedInput& in) const {
 
 at::Device CausalLM::parameters_device() const { return weight("model.embed_tokens.weight").device(); }
 
+CausalLM::LayerTape::Pass CausalLM::LayerTape::next() {
+  if (!at::GradMode::is_enabled()) {
+    recorded = true;
+    return Pass::kRecord;
+  }
+  return recorded ? Pass::kReplay : Pass::kPlain;
+}
+
 at::Tensor CausalLM::decoder_layer(int64_t layer, const at::Tensor& x, const RotaryTables& rope,
-                                   const attention::VarlenSpec& spec) const {
+                                   const attention::VarlenSpec& spec, LayerTape* tape) const {
   const LayerWeights& w = layers_[static_cast<size_t>(layer)];
   const double eps = config_.rms_norm_eps;
+  const LayerTape::Pass pass = tape ? tape->next() : LayerTape::Pass::kPlain;
   auto residual_add = [&](const at::Tensor& residual, const at::Tensor& update) {
     return config_.residual_multiplier != 1.0 ? residual + update * config_.residual_multiplier
                                               : residual + update;
   };
   // Captures by value: a recomputing runner calls it again during the backward.
-  auto run_mlp = [this, layer, &w](const at::Tensor& normed) {
-    if (!mlp_runner_) return mlp(w, normed);
+  // A layer's replay recomputes its MLP as part of it (the runner would pass it through).
+  auto run_mlp = [this, layer, &w, pass](const at::Tensor& normed) {
+    if (!mlp_runner_ || pass == LayerTape::Pass::kReplay) return mlp(w, normed, pass);
     const LayerWeights* lw = &w;  // layers_ lives as long as the model
-    return mlp_runner_(layer, normed, [this, lw](const at::Tensor& h) { return mlp(*lw, h); });
+    auto mlp_tape = std::make_shared<LayerTape>();
+    return mlp_runner_(layer, normed,
+                       [this, lw, mlp_tape](const at::Tensor& h) { return mlp(*lw, h, mlp_tape->next()); });
   };
   if (fused_ops_) {
-    const at::Tensor attended = self_attention(w, fused_rms_norm(x, *w.input_norm, eps, FusedPath::kCuda), rope, spec);
+    const at::Tensor attended =
+        self_attention(w, fused_rms_norm(x, *w.input_norm, eps, FusedPath::kCuda), rope, spec, tape, pass);
     // h = x + attended and its RMSNorm in one pass (h is saved for the backward: not modified).
     const AddRmsNormOutput post =
         fused_add_rms_norm(x, attended, *w.post_norm, eps, config_.residual_multiplier, FusedPath::kCuda);
     return residual_add(post.sum, run_mlp(post.normed));
   }
-  const at::Tensor attended = self_attention(w, rms_norm(x, *w.input_norm, eps), rope, spec);
+  const at::Tensor attended = self_attention(w, rms_norm(x, *w.input_norm, eps), rope, spec, tape, pass);
   const at::Tensor h = residual_add(x, attended);
   return residual_add(h, run_mlp(rms_norm(h, *w.post_norm, eps)));
 }
@@ -194,7 +208,8 @@ at::Tensor or_none(const at::Tensor* t) { return t ? *t : at::Tensor(); }
 }  // namespace
 
 at::Tensor CausalLM::self_attention(const LayerWeights& w, const at::Tensor& x, const RotaryTables& rope,
-                                    const attention::VarlenSpec& spec) const {
+                                    const attention::VarlenSpec& spec, LayerTape* tape,
+                                    LayerTape::Pass pass) const {
   const int64_t T = x.size(0), D = config_.head_dim;
   const int64_t Hq = config_.num_attention_heads, Hkv = config_.num_key_value_heads;
   LayerSinks* s = w.sinks;
@@ -212,17 +227,28 @@ at::Tensor CausalLM::self_attention(const LayerWeights& w, const at::Tensor& x, 
     k = apply_rotary(project(w.k, w.k_bias, s ? &s->k : nullptr, Hkv), rope);
   }
   const at::Tensor v = project(w.v, w.v_bias, s ? &s->v : nullptr, Hkv);
-  const at::Tensor out = attention::varlen_attention(q, k, v, spec, backend_);  // [T, Hq, D]
+  at::Tensor out;  // [T, Hq, D]
+  if (pass == LayerTape::Pass::kRecord) {
+    out = attention::varlen_attention_recorded(q, k, v, spec, backend_, tape->attention);
+  } else if (pass == LayerTape::Pass::kReplay && tape->attention.replayable()) {
+    out = attention::varlen_attention_replayed(q, k, v, spec, backend_, tape->attention);
+    tape->attention = {};  // the replay's autograd node holds them now, until its backward
+  } else {
+    out = attention::varlen_attention(q, k, v, spec, backend_);
+  }
   return sink_linear(out.reshape({T, Hq * D}), *w.o, or_none(w.o_bias), s ? &s->o : nullptr);
 }
 
-// SwiGLU: down(silu(gate(x)) * up(x)).
-at::Tensor CausalLM::mlp(const LayerWeights& w, const at::Tensor& x) const {
+// SwiGLU: down(silu(gate(x)) * up(x)). A replay skips down's product (its
+// backward reads only act and the weight).
+at::Tensor CausalLM::mlp(const LayerWeights& w, const at::Tensor& x, LayerTape::Pass pass) const {
   LayerSinks* s = w.sinks;
   const at::Tensor gate = sink_linear(x, *w.gate, or_none(w.gate_bias), s ? &s->gate : nullptr);
   const at::Tensor up = sink_linear(x, *w.up, or_none(w.up_bias), s ? &s->up : nullptr);
   const at::Tensor act = fused_ops_ ? fused_swiglu(gate, up, FusedPath::kCuda) : at::silu(gate) * up;
-  return sink_linear(act, *w.down, or_none(w.down_bias), s ? &s->down : nullptr);
+  GradSink* down_sink = s ? &s->down : nullptr;
+  if (pass == LayerTape::Pass::kReplay) return replayed_sink_linear(act, *w.down, or_none(w.down_bias), down_sink);
+  return sink_linear(act, *w.down, or_none(w.down_bias), down_sink);
 }
 
 void CausalLM::enable_grad_sinks() {

@@ -109,8 +109,20 @@ class CausalLM {
   const at::Tensor& head_weight() const;  // lm_head, or the tied embedding
   at::Tensor bias(const std::string& name, bool present) const;  // undefined when absent
   attention::VarlenSpec attention_spec(const PackedInput& input) const;
+  // An activation-checkpointed block (a layer, or selective's MLP block) runs
+  // twice: first without autograd, then again in the backward to rebuild its
+  // graph. Its tape lets the second run skip what the backward never reads: the
+  // last projection's product (the block's output is only the gradients' root
+  // there) and, where the backend can replay it, the attention's forward (the
+  // first run keeps the attention's output and statistics).
+  struct LayerTape {
+    enum class Pass { kPlain, kRecord, kReplay };
+    attention::AttentionRecord attention;
+    bool recorded = false;
+    Pass next();  // this call's pass: without autograd it records; with autograd after a recording it replays
+  };
   at::Tensor decoder_layer(int64_t layer, const at::Tensor& x, const RotaryTables& rope,
-                           const attention::VarlenSpec& spec) const;
+                           const attention::VarlenSpec& spec, LayerTape* tape) const;
   // A decoder layer's parameters, looked up once at construction (the forward
   // builds no names and searches no map per layer). Biases are null when absent.
   struct LayerSinks {
@@ -123,8 +135,8 @@ class CausalLM {
     LayerSinks* sinks = nullptr;  // enable_grad_sinks(); null: plain autograd
   };
   at::Tensor self_attention(const LayerWeights& w, const at::Tensor& x, const RotaryTables& rope,
-                            const attention::VarlenSpec& spec) const;
-  at::Tensor mlp(const LayerWeights& w, const at::Tensor& x) const;
+                            const attention::VarlenSpec& spec, LayerTape* tape, LayerTape::Pass pass) const;
+  at::Tensor mlp(const LayerWeights& w, const at::Tensor& x, LayerTape::Pass pass) const;
 
   ModelConfig config_;
   TensorMap params_;

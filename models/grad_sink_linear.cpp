@@ -2,6 +2,8 @@
 
 #include <torch/autograd.h>
 
+#include <stdexcept>
+
 namespace fptrain::models {
 namespace {
 
@@ -64,7 +66,45 @@ struct SinkLinearWithBias : public torch::autograd::Function<SinkLinearWithBias>
   }
 };
 
+// Forward without the product (replayed_sink_linear); backward as above.
+struct ReplayedLinear : public torch::autograd::Function<ReplayedLinear> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            int64_t sink_address) {
+    ctx->save_for_backward({x, weight});
+    ctx->saved_data["sink"] = sink_address;
+    return at::zeros({x.size(0), weight.size(0)}, x.options());
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    at::Tensor dweight;
+    at::Tensor dx = sink_backward(ctx, grads[0], dweight);
+    return {dx, dweight, at::Tensor()};
+  }
+};
+
+struct ReplayedLinearWithBias : public torch::autograd::Function<ReplayedLinearWithBias> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            const at::Tensor& /*bias*/, int64_t sink_address) {
+    ctx->save_for_backward({x, weight});
+    ctx->saved_data["sink"] = sink_address;
+    return at::zeros({x.size(0), weight.size(0)}, x.options());
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    at::Tensor dweight, dbias;
+    at::Tensor dx = sink_backward(ctx, grads[0], dweight);
+    if (ctx->needs_input_grad(2)) dbias = grads[0].sum(0);
+    return {dx, dweight, dbias, at::Tensor()};
+  }
+};
+
 }  // namespace
+
+at::Tensor replayed_sink_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                                GradSink* sink) {
+  if (x.dim() != 2) throw std::invalid_argument("replayed_sink_linear: x must be 2-D [tokens, features]");
+  const auto address = reinterpret_cast<int64_t>(sink != nullptr && sink->grad.defined() ? sink : nullptr);
+  return bias.defined() ? ReplayedLinearWithBias::apply(x, weight, bias, address)
+                        : ReplayedLinear::apply(x, weight, address);
+}
 
 at::Tensor sink_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, GradSink* sink) {
   if (sink == nullptr || !sink->grad.defined() || x.dim() != 2) return at::linear(x, weight, bias);

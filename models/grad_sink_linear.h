@@ -25,4 +25,13 @@ struct GradSink {
 // input gradient go through autograd as usual).
 at::Tensor sink_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, GradSink* sink);
 
+// The same projection in an activation checkpoint's recomputation, where its
+// output feeds only the layer's output, which there is nothing but the root of
+// the gradients (the last projection of a layer or of an MLP block): its
+// backward needs the input and the weight, never the product, so the GEMM is
+// skipped. Returns zeros of the output's shape; the backward is sink_linear's
+// (`sink` may be null: plain autograd for the weight).
+at::Tensor replayed_sink_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                                GradSink* sink);
+
 }  // namespace fptrain::models

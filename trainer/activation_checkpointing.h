@@ -1,7 +1,10 @@
 // Activation checkpointing: a decoder layer runs without keeping its
 // activations in the forward pass and is recomputed, with autograd, when the
 // backward pass reaches it. Gradients equal the non-checkpointed ones (the
-// recomputation repeats the same operations on the same inputs).
+// recomputation repeats the same operations on the same inputs). The model
+// skips in the recomputation what the backward never reads (models/causal_lm.h,
+// LayerTape): the block's last projection, and with our attention kernels the
+// attention's forward, whose output and statistics the first pass keeps.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -26,7 +29,8 @@ at::Tensor checkpointed_layer(const at::Tensor& hidden, LayerFunction run, const
 //   MLP block        b (2H + 3I)          residual, norm output, gate, up, their product
 //   none             T L (attention + MLP)
 //   selective        T L (attention + b H)        the MLP's input only; the MLP is recomputed
-//   every layer      T L b H + T (attention + MLP) layer inputs, one layer recomputed at a time
+//   every layer      T L b (H + Q) + T (attention + MLP)   layer inputs and (hopper) attention outputs,
+//                                                        one layer recomputed at a time
 // plus 2 GiB for the head (chunked cross-entropy) and workspaces, and 20% for
 // what the estimate misses. The cheapest mode that fits the device memory free
 // after set-up is taken, per micro-batch.

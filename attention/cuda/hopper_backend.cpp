@@ -50,7 +50,43 @@ class HopperAttention : public torch::autograd::Function<HopperAttention> {
   }
 };
 
+// The replay of a recorded forward: returns the recorded output (computing
+// nothing) and saves what HopperAttention saves, so the backward is its own.
+class HopperAttentionReplay : public torch::autograd::Function<HopperAttentionReplay> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& cu_seqlens, int64_t max_seqlen, bool causal, int64_t window,
+                            double scale, const AttentionRecord& record) {
+    ctx->save_for_backward({q, k, v, record.out, record.lse, cu_seqlens});
+    ctx->saved_data["max_seqlen"] = max_seqlen;
+    ctx->saved_data["causal"] = causal;
+    ctx->saved_data["window"] = window;
+    ctx->saved_data["scale"] = scale;
+    return record.out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    variable_list grads = HopperAttention::backward(ctx, std::move(grad_outputs));
+    grads.emplace_back();  // the record
+    return grads;
+  }
+};
+
 }  // namespace
+
+at::Tensor hopper_varlen_attention_recorded(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                            const VarlenSpec& spec, AttentionRecord& record) {
+  auto [out, lse] = cuda::attention_forward(q, k, v, spec);
+  record.out = out;
+  record.lse = lse;
+  return out;
+}
+
+at::Tensor hopper_varlen_attention_replayed(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                            const VarlenSpec& spec, const AttentionRecord& record) {
+  return HopperAttentionReplay::apply(q, k, v, spec.cu_seqlens, spec.max_seqlen, spec.causal, spec.window,
+                                      spec.softmax_scale, record);
+}
 
 bool hopper_kernels_available() {
   if (!at::globalContext().hasCUDA() || at::cuda::device_count() == 0) return false;

@@ -2,7 +2,7 @@
 # The step issue's seed setup and best-against-best on one GPU, fptrain and the
 # transformers peers in the same run: Llama-2-7B shape (random init, bf16),
 # FLAN-like data, flatten, 4 examples per micro-batch.
-#   fptrain  every_layer, grad accumulation 2, fp32 masters   (the seed setup)
+#   fptrain  every_layer, grad accumulation 2, fp32 masters   (the seed setup), also with bf16 AdamW as the peer's
 #   fptrain  auto checkpointing, grad accumulation 1           (its best setting), also with bf16 AdamW
 #            (optimizer.master_weights: false, as the peer's optimizer)
 #   transformers + FA2 varlen (torch's) + checkpointing, grad accumulation 2, with and without Liger Kernel
@@ -93,6 +93,9 @@ fp fptrain-auto-bf16-adamw auto 1 false
 fp fptrain-selective-bf16-adamw selective 1 false
 fp fptrain-ckpt-bf16-adamw every_layer 1 false
 fp fptrain-orca-ckpt-ga2 every_layer 2 true orca
+# The seed setup with the peer's optimizer (bf16 AdamW, no master weights): the issue's own setting.
+fp fptrain-ckpt-ga2-bf16-adamw every_layer 2 false
+fp fptrain-orca-ckpt-ga2-bf16-adamw every_layer 2 false orca
 hf hf-ckpt-ga2 flan --grad-accum 2
 hf hf-liger-nockpt flan --liger --no-checkpointing
 hf hf-orca-ckpt-ga2 orca --grad-accum 2

@@ -41,12 +41,16 @@ def write_report(out, rows):
                          f"{by[a]['tokens_per_s'] / by[b]['tokens_per_s']:.2f}x")
 
     ratio("fptrain-ckpt-ga2", "hf-ckpt-ga2", "seed setup, fptrain / transformers + FA2 (target >= 1.5x)")
+    ratio("fptrain-ckpt-ga2-bf16-adamw", "hf-ckpt-ga2",
+          "seed setup with the peer's bf16 AdamW, fptrain / transformers + FA2 (target >= 1.5x)")
     ratio("fptrain-auto", "hf-liger-nockpt",
           "best against best, fptrain auto (fp32 masters) / transformers + Liger without checkpointing")
     ratio("fptrain-auto-bf16-adamw", "hf-liger-nockpt",
           "best against best with the peer's bf16 AdamW (target >= 1.5x at <= its peak memory)")
     ratio("fptrain-orca-ckpt-ga2", "hf-orca-ckpt-ga2",
           "seed setup on OrcaMath-like data, fptrain / transformers + FA2 (target >= 1.4x)")
+    ratio("fptrain-orca-ckpt-ga2-bf16-adamw", "hf-orca-ckpt-ga2",
+          "seed setup on OrcaMath-like data with the peer's bf16 AdamW, fptrain / transformers + FA2 (target >= 1.4x)")
     ratio("fptrain-1b-pack16k", "hf-1b-liger", "Llama-3.2-1B shape, fptrain pack 16k (fp32 masters) / transformers + "
           "Liger, 35 examples (target >= 1.3x at <= 42 GiB)")
     ratio("fptrain-1b-flatten35", "hf-1b-liger",

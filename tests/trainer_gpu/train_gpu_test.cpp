@@ -70,32 +70,57 @@ TEST(TrainGpu, AutoPicksCudaAndBf16) {
   EXPECT_NE(summary["device"].get<std::string>().find("NVIDIA"), std::string::npos) << summary.dump();
 }
 
-TEST(TrainGpu, ActivationCheckpointingKeepsTheGradients) {
+// Gradients of a checkpointed backward (every layer, every other, selective)
+// against the plain one. The recomputation replays each block's last projection
+// without its product and, with our kernels, the attention without its forward
+// (from the output and statistics kept by the first pass): with the
+// deterministic attention backward that is the same bits as the plain backward;
+// FlashAttention-2's accumulates dQ with atomics, equal up to bf16 rounding.
+std::map<std::string, at::Tensor> checkpointed_grads(attention::Backend backend, int64_t every_k) {
   const models::ModelConfig config = models::load_model_config(fixture("llama64") / "config.json");
-  auto grads = [&](int64_t every_k) {
-    models::TensorMap params =
-        models::load_pretrained_weights(fixture("llama64"), config, at::kBFloat16, at::Device(at::kCUDA, 0));
-    for (auto& [n, t] : params) t.requires_grad_(true);
-    models::CausalLM model(config, params, attention::Backend::kTorchFA2);
-    set_activation_checkpointing(model, every_k);
-    models::PackedInput in;
-    const auto opts = at::TensorOptions().device(at::kCUDA);
-    at::manual_seed(0);
-    in.input_ids = at::randint(3, config.vocab_size, {40}, opts.dtype(at::kLong));
-    in.position_ids = at::cat({at::arange(25, opts.dtype(at::kLong)), at::arange(15, opts.dtype(at::kLong))});
-    in.cu_seqlens = at::tensor(std::vector<int32_t>{0, 25, 40}, at::kInt).to(at::kCUDA);
-    in.max_seqlen = 25;
-    model.loss(in, in.input_ids).loss_sum.backward();
-    std::map<std::string, at::Tensor> g;
-    for (const auto& [n, t] : model.parameters()) g[n] = t.grad().to(at::kFloat);
-    return g;
-  };
-  const auto plain = grads(0), ckpt = grads(1);
-  for (const auto& [name, g] : plain) {
-    const double scale = g.abs().max().item<double>() + 1e-12;
-    // FlashAttention's backward accumulates dQ with atomics: equal up to bf16 rounding.
-    EXPECT_LE((g - ckpt.at(name)).abs().max().item<double>(), 2e-2 * scale) << name;
+  models::TensorMap params =
+      models::load_pretrained_weights(fixture("llama64"), config, at::kBFloat16, at::Device(at::kCUDA, 0));
+  for (auto& [n, t] : params) t.requires_grad_(true);
+  models::CausalLM model(config, params, backend);
+  set_activation_checkpointing(model, every_k);
+  models::PackedInput in;
+  const auto opts = at::TensorOptions().device(at::kCUDA);
+  at::manual_seed(0);
+  const std::vector<int32_t> cu = {0, 25, 40, 41, 170, 300};
+  std::vector<at::Tensor> pos;
+  for (size_t i = 0; i + 1 < cu.size(); ++i) pos.push_back(at::arange(cu[i + 1] - cu[i], opts.dtype(at::kLong)));
+  in.input_ids = at::randint(3, config.vocab_size, {cu.back()}, opts.dtype(at::kLong));
+  in.position_ids = at::cat(pos);
+  in.cu_seqlens = at::tensor(cu, at::kInt).to(at::kCUDA);
+  in.max_seqlen = 130;
+  model.loss(in, in.input_ids).loss_sum.backward();
+  std::map<std::string, at::Tensor> g;
+  for (const auto& [n, t] : model.parameters()) g[n] = t.grad().to(at::kFloat);
+  return g;
+}
+
+TEST(TrainGpu, ActivationCheckpointingKeepsTheGradients) {
+  const auto plain = checkpointed_grads(attention::Backend::kTorchFA2, 0);
+  for (int64_t k : {int64_t{1}, kCheckpointSelective}) {
+    const auto ckpt = checkpointed_grads(attention::Backend::kTorchFA2, k);
+    for (const auto& [name, g] : plain) {
+      const double scale = g.abs().max().item<double>() + 1e-12;
+      EXPECT_LE((g - ckpt.at(name)).abs().max().item<double>(), 2e-2 * scale) << name << " every " << k;
+    }
   }
+}
+
+TEST(TrainGpu, CheckpointReplayOfOurAttentionIsBitIdentical) {
+  if (!attention::hopper_kernels_support(64, at::kBFloat16)) GTEST_SKIP() << "needs sm_90";
+  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
+  const auto plain = checkpointed_grads(attention::Backend::kHopper, 0);
+  for (int64_t k : {int64_t{1}, int64_t{2}, kCheckpointSelective}) {
+    const auto ckpt = checkpointed_grads(attention::Backend::kHopper, k);
+    for (const auto& [name, g] : plain)
+      EXPECT_TRUE(at::equal(g, ckpt.at(name)))
+          << name << " every " << k << ": max difference " << (g - ckpt.at(name)).abs().max().item<double>();
+  }
+  at::globalContext().setDeterministicAlgorithms(false, false);
 }
 
 }  // namespace
