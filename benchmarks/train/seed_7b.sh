@@ -108,5 +108,10 @@ MODEL=llama-1b PACK_TOKENS=16384 fp fptrain-1b-pack16k none 1
 MODEL=llama-1b fp fptrain-1b-flatten35 none 1 true flan 0 35
 MODEL=llama-1b BATCH=35 hf hf-1b-fa2 flan --no-checkpointing
 MODEL=llama-1b BATCH=35 hf hf-1b-liger flan --liger --no-checkpointing
-[ "${FPTRAIN_SEED_PROFILE:-1}" = 0 ] || fp fptrain-auto-bf16-adamw-profile auto 1 false flan 5
+# The step profile (FPTRAIN_SEED_PROFILE: 1 fptrain's best setting, orca the OrcaMath seed setup, 0 none).
+case "${FPTRAIN_SEED_PROFILE:-1}" in
+  0) ;;
+  orca) fp fptrain-orca-ckpt-ga2-profile every_layer 2 true orca 5 ;;
+  *) fp fptrain-auto-bf16-adamw-profile auto 1 false flan 5 ;;
+esac
 "$PYTHON" "$ROOT/benchmarks/train/seed_report.py" "$OUT" "${results[@]}"
