@@ -27,7 +27,9 @@ at::Tensor sink_backward(AutogradContext* ctx, const at::Tensor& dy, at::Tensor&
     at::mm_out(sink->grad, dy.t(), x);  // overwrites last step's values: nothing to zero first
     sink->written = true;
   } else {
-    sink->grad.add_(dy.t().mm(x));  // what AccumulateGrad does
+    // Later micro-batches add theirs in the GEMM's epilogue (beta = 1): no temporary, and the sum is rounded
+    // once (AccumulateGrad rounds the product to the weight's dtype first, then the sum).
+    sink->grad.addmm_(dy.t(), x);
   }
   // The undefined gradient returned for the weight still reaches its AccumulateGrad node, which adds
   // nothing and runs its post-accumulate hooks (the data-parallel reducer counts on them) after this.

@@ -6,8 +6,9 @@
 // of the flat buffer, zeroed before the step): a full extra pass over every
 // weight's gradient plus the zeroing (on a 7B, ~13 ms of a ~230 ms step). With a
 // sink the step's first contribution is written by the GEMM itself (mm_out: no
-// zeroing, no add); later micro-batches of the step add theirs as before, so
-// every result is bit-identical to the plain path.
+// zeroing, no add), bit-identical to the plain path; later micro-batches of
+// the step add theirs in the GEMM's epilogue (addmm_, beta = 1: no temporary,
+// and the sum is rounded once where AccumulateGrad rounds twice).
 #pragma once
 
 #include <ATen/ATen.h>
