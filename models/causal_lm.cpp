@@ -9,6 +9,7 @@
 #include "models/causal_lm.h"
 
 #include "models/parameter_layout.h"
+#include "models/replayed_residual.h"
 #include "models/rms_norm.h"
 
 #include <c10/core/GradMode.h>
@@ -177,6 +178,8 @@ at::Tensor CausalLM::decoder_layer(int64_t layer, const at::Tensor& x, const Rot
   const LayerWeights& w = layers_[static_cast<size_t>(layer)];
   const double eps = config_.rms_norm_eps;
   const LayerTape::Pass pass = tape ? tape->next() : LayerTape::Pass::kPlain;
+  if (pass == LayerTape::Pass::kReplay && !tape->attention_residual.defined())
+    throw std::logic_error("CausalLM::decoder_layer: a replay without its first run's record");
   auto residual_add = [&](const at::Tensor& residual, const at::Tensor& update) {
     return config_.residual_multiplier != 1.0 ? residual + update * config_.residual_multiplier
                                               : residual + update;
@@ -190,16 +193,26 @@ at::Tensor CausalLM::decoder_layer(int64_t layer, const at::Tensor& x, const Rot
     return mlp_runner_(layer, normed,
                        [this, lw, mlp_tape](const at::Tensor& h) { return mlp(*lw, h, mlp_tape->next()); });
   };
+  const at::Tensor attended = self_attention(
+      w, fused_ops_ ? fused_rms_norm(x, *w.input_norm, eps, FusedPath::kCuda) : rms_norm(x, *w.input_norm, eps),
+      rope, spec, tape, pass);
+  if (pass == LayerTape::Pass::kReplay) {
+    // attended is o's replay (no product): the residual comes from the first run.
+    const at::Tensor h = replayed_residual_add(x, attended, tape->attention_residual, config_.residual_multiplier);
+    tape->attention_residual.reset();
+    const at::Tensor normed =
+        fused_ops_ ? fused_rms_norm(h, *w.post_norm, eps, FusedPath::kCuda) : rms_norm(h, *w.post_norm, eps);
+    return residual_add(h, run_mlp(normed));
+  }
   if (fused_ops_) {
-    const at::Tensor attended =
-        self_attention(w, fused_rms_norm(x, *w.input_norm, eps, FusedPath::kCuda), rope, spec, tape, pass);
     // h = x + attended and its RMSNorm in one pass (h is saved for the backward: not modified).
     const AddRmsNormOutput post =
         fused_add_rms_norm(x, attended, *w.post_norm, eps, config_.residual_multiplier, FusedPath::kCuda);
+    if (pass == LayerTape::Pass::kRecord) tape->attention_residual = post.sum;
     return residual_add(post.sum, run_mlp(post.normed));
   }
-  const at::Tensor attended = self_attention(w, rms_norm(x, *w.input_norm, eps), rope, spec, tape, pass);
   const at::Tensor h = residual_add(x, attended);
+  if (pass == LayerTape::Pass::kRecord) tape->attention_residual = h;
   return residual_add(h, run_mlp(rms_norm(h, *w.post_norm, eps)));
 }
 
@@ -236,7 +249,10 @@ at::Tensor CausalLM::self_attention(const LayerWeights& w, const at::Tensor& x, 
   } else {
     out = attention::varlen_attention(q, k, v, spec, backend_);
   }
-  return sink_linear(out.reshape({T, Hq * D}), *w.o, or_none(w.o_bias), s ? &s->o : nullptr);
+  GradSink* o_sink = s ? &s->o : nullptr;
+  const at::Tensor heads = out.reshape({T, Hq * D});
+  if (pass == LayerTape::Pass::kReplay) return replayed_sink_linear(heads, *w.o, or_none(w.o_bias), o_sink);
+  return sink_linear(heads, *w.o, or_none(w.o_bias), o_sink);
 }
 
 // SwiGLU: down(silu(gate(x)) * up(x)). A replay skips down's product (its

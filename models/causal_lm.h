@@ -111,13 +111,15 @@ class CausalLM {
   attention::VarlenSpec attention_spec(const PackedInput& input) const;
   // An activation-checkpointed block (a layer, or selective's MLP block) runs
   // twice: first without autograd, then again in the backward to rebuild its
-  // graph. Its tape lets the second run skip what the backward never reads: the
-  // last projection's product (the block's output is only the gradients' root
-  // there) and, where the backend can replay it, the attention's forward (the
-  // first run keeps the attention's output and statistics).
+  // graph. Its tape lets the second run skip what the backward never reads:
+  // the products of the projections that feed only a residual add (o and down:
+  // the first run keeps the residual after the attention, and the block's
+  // output is only the gradients' root) and, where the backend can replay it,
+  // the attention's forward (the first run keeps its output and statistics).
   struct LayerTape {
     enum class Pass { kPlain, kRecord, kReplay };
     attention::AttentionRecord attention;
+    at::Tensor attention_residual;  // x + o(attention) of the first run
     bool recorded = false;
     Pass next();  // this call's pass: without autograd it records; with autograd after a recording it replays
   };

@@ -3,8 +3,8 @@
 // backward pass reaches it. Gradients equal the non-checkpointed ones (the
 // recomputation repeats the same operations on the same inputs). The model
 // skips in the recomputation what the backward never reads (models/causal_lm.h,
-// LayerTape): the block's last projection, and with our attention kernels the
-// attention's forward, whose output and statistics the first pass keeps.
+// LayerTape): the products of o and down, and with our attention kernels the
+// attention's forward, from what the first pass keeps.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -29,8 +29,9 @@ at::Tensor checkpointed_layer(const at::Tensor& hidden, LayerFunction run, const
 //   MLP block        b (2H + 3I)          residual, norm output, gate, up, their product
 //   none             T L (attention + MLP)
 //   selective        T L (attention + b H)        the MLP's input only; the MLP is recomputed
-//   every layer      T L b (H + Q) + T (attention + MLP)   layer inputs and (hopper) attention outputs,
-//                                                        one layer recomputed at a time
+//   every layer      T L b (2H + Q) + T (attention + MLP)  layer inputs, residuals after the attention
+//                                                         and (hopper) attention outputs; one layer
+//                                                         recomputed at a time
 // plus 2 GiB for the head (chunked cross-entropy) and workspaces, and 20% for
 // what the estimate misses. The cheapest mode that fits the device memory free
 // after set-up is taken, per micro-batch.
