@@ -61,7 +61,10 @@ def write_report(out, rows):
     if peer:
         fits = [r for r in rows if r["name"].startswith("fptrain") and r["peak_allocated_gib"] <= peer["peak_allocated_gib"]
                 and not any(k in r["name"] for k in ("orca", "-1b-", "alpaca"))]
-        if fits:
+        if not fits:
+            lines.append(f"- best against best at <= the peer's peak memory ({peer['peak_allocated_gib']:.1f} GiB): "
+                         "no fptrain row of this report fits (target >= 1.5x)")
+        else:
             best = max(fits, key=lambda r: r["tokens_per_s"])
             lines.append(f"- best against best at <= the peer's peak memory ({peer['peak_allocated_gib']:.1f} GiB): "
                          f"{best['name']} ({best['peak_allocated_gib']:.1f} GiB) {best['tokens_per_s']:,.0f} / "
