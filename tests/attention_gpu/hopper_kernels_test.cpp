@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -176,10 +177,20 @@ std::vector<int> random_lengths(int n, int lo, int hi, uint64_t seed) {
   return out;
 }
 
+// Instruction-data lengths: lognormal (median `median`, sigma 0.7), clipped to [1, max].
+std::vector<int> lognormal_lengths(int n, double median, int max, uint64_t seed) {
+  std::mt19937 rng{uint32_t(seed)};
+  std::lognormal_distribution<double> dist(std::log(median), 0.7);
+  std::vector<int> out(n);
+  for (int& l : out) l = std::clamp(static_cast<int>(std::lround(dist(rng))), 1, max);
+  return out;
+}
+
 std::vector<std::pair<std::string, std::vector<int>>> length_mixes() {
   return {
       {"one-long", {3001}},
       {"many-short", random_lengths(60, 1, 200, fresh_seed())},
+      {"alpaca-like", lognormal_lengths(60, 100, 1024, fresh_seed())},
       {"edges", {1, 0, 129, 1, 0, 64, 127, 256, 1, 2, 255}},
   };
 }
@@ -249,6 +260,23 @@ TEST(HopperKernels, AutogradFunctionGivesKernelGradients) {
   EXPECT_LT(rel_err(q.grad(), dq), 1e-2);
   EXPECT_TRUE(at::equal(k.grad(), dk));
   EXPECT_TRUE(at::equal(v.grad(), dv));
+}
+
+// Short documents whose boundaries fall at every offset inside a 128-row tile:
+// a leading document of `offset` tokens shifts the runs of 1-200-token
+// documents behind it (kernels that let one tile span several documents must
+// mask exactly at each boundary). GQA and not, D 64 and 128, and the
+// deterministic backward on every fourth offset.
+TEST(HopperKernels, ShortDocumentsAtEveryTileOffset) {
+  if (!have_gpu()) GTEST_SKIP() << "needs an sm_90 GPU";
+  for (int offset = 0; offset < 128; offset += 9) {
+    std::vector<int> lens{offset};
+    for (int l : random_lengths(24, 1, 200, fresh_seed())) lens.push_back(l);
+    for (int d : {64, 128})
+      for (auto [hq, hkv] : std::vector<std::pair<int, int>>{{8, 2}, {4, 4}})
+        check_case(Case{at::kBFloat16, d, hq, hkv, true, 0, "offset " + std::to_string(offset), lens},
+                   offset % 36 == 0);
+  }
 }
 
 TEST(HopperKernels, ManyOneTokenSequences) {
