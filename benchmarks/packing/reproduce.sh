@@ -5,7 +5,7 @@
 #   benchmarks/packing/reproduce.sh [--gpus N] [--models M,...] [--datasets D,...] [--examples K]
 #                                   [--out DIR] [--smoke] [--convergence | --convergence-only]
 #                                   [--convergence-examples K] [--modes M,...] [--peer-modes M,...]
-#                                   [--report-only] [--fptrain-set KEY=VALUE ...]
+#                                   [--report-only] [--skip-done] [--fptrain-set KEY=VALUE ...]
 #
 #   --smoke      tiny model (fptrain init --preset tiny), CPU, fp32, --examples 48 by default: what CI runs.
 #   --models     llama2-7b,mistral-7b,granite-8b-code (default all three; --smoke: tiny)
@@ -23,6 +23,10 @@
 #   --peer-modes transformers modes (default flatten,pad; none: no peer run)
 #   --report-only  no runs: the table and plots from the run results already in the work folder's json/
 #                (those of the selected models, datasets and modes), e.g. gathered from several calls
+#   --skip-done  keep a run that an earlier call of the same work folder finished (its JSON says so, with the
+#                same examples and processes) instead of running it again: the same command, repeated, goes on
+#                where a cut-off call stopped (runs of other code or --fptrain-set are kept too: use a new
+#                work folder for those)
 #   --fptrain-set  one more setting for every fptrain run (repeatable), e.g. distributed.transfers=nccl
 #
 # Environment: PYTHON (default .venv/bin/python), FPTRAIN (default build/apps/fptrain),
@@ -32,7 +36,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT" || exit 1
 
 SMOKE=0 GPUS=1 MODELS="" DATASETS="flan,orcamath" EXAMPLES="" OUT_DIR="" CONVERGENCE=0 MAIN=1 CONV_EXAMPLES=""
-MODES="pad,flatten,pack,fixed,fixed-nopos" PEER_MODES_ARG="flatten,pad" REPORT_ONLY=0 FP_SETS=()
+MODES="pad,flatten,pack,fixed,fixed-nopos" PEER_MODES_ARG="flatten,pad" REPORT_ONLY=0 SKIP_DONE=0 FP_SETS=()
 usage() { sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -48,6 +52,7 @@ while [ $# -gt 0 ]; do
     --modes) MODES=$2; shift ;;
     --peer-modes) PEER_MODES_ARG=$2; shift ;;
     --report-only) REPORT_ONLY=1 ;;
+    --skip-done) SKIP_DONE=1 ;;
     --fptrain-set) FP_SETS+=(--set "$2"); shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "reproduce.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
@@ -224,6 +229,17 @@ run_failed() {  # impl name model dataset mode: counts it, leaves a FAILED row f
     > "$WORK/json/$2.json"
   progress "$2: FAILED (log: $LOGS/$2.log)"; tail -5 "$LOGS/$2.log"
 }
+kept() {  # name [the peer's steps]: with --skip-done, an earlier call's finished run of this size is kept
+  [ "$SKIP_DONE" = 1 ] && [ -s "$WORK/json/$1.json" ] || return 1
+  "$PYTHON" - "$WORK/json/$1.json" "$GPUS" "$EXAMPLES" "${2:-}" <<'PY' || return 1
+import json, sys
+r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+ok = not r.get("failed") and r.get("world_size") == int(sys.argv[2])
+ok = ok and (r.get("examples") == int(sys.argv[3]) if "examples" in r else str(r.get("steps")) == sys.argv[4])
+sys.exit(0 if ok else 1)
+PY
+  progress "$1: kept from an earlier call ($("$PYTHON" "$TOOLS" line "$WORK/json/$1.json"))"
+}
 train_run() {  # name config model dataset mode: trains, then the run's JSON line in $WORK/json/NAME.json
   local name=$1 cfg=$2 m=$3 d=$4 mode=$5 run=$WORK/runs/$1
   rm -rf "$run"
@@ -237,14 +253,17 @@ train_run() {  # name config model dataset mode: trains, then the run's JSON lin
 }
 fp_run() {  # model dataset mode
   local m=$1 d=$2 mode=$3 name=fptrain-$1-$2-$3
+  results+=("$WORK/json/$name.json")
+  kept "$name" && return 0
   write_cfg "$WORK/runs/$name.yaml" "$WORK/runs/$name" "$WORK/models/$m" "$WORK/data/$d-$EXAMPLES.jsonl" \
     "$WORK/data/$d-eval-$EVAL_EXAMPLES.jsonl" "$mode" "$LR" 0 "$DTYPE" "$CKPT"
   train_run "$name" "$WORK/runs/$name.yaml" "$m" "$d" "$mode"
-  results+=("$WORK/json/$name.json")
 }
 peer_run() {  # model dataset mode: the same examples and steps as fptrain's flatten and pad runs
   local m=$1 d=$2 mode=$3 name=transformers-$1-$2-$3
   local steps=$(( EXAMPLES / (PER_GPU * GRAD_ACCUM * GPUS) ))
+  results+=("$WORK/json/$name.json")
+  kept "$name" "$steps" && return 0
   local warm=$WARMUP; [ "$warm" -ge "$steps" ] && warm=$((steps - 1))
   local extra=(); [ "$CKPT" = none ] && extra=(--no-checkpointing)
   [ "$mode" = pad ] && extra+=(--pad)
@@ -258,7 +277,6 @@ peer_run() {  # model dataset mode: the same examples and steps as fptrain's fla
   else
     run_failed transformers "$name" "$m" "$d" "$mode"
   fi
-  results+=("$WORK/json/$name.json")
 }
 
 for m in "${MODEL_LIST[@]}"; do
