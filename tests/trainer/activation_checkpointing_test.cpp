@@ -6,7 +6,11 @@
 #include "trainer/model_setup.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 #include <gtest/gtest.h>
+
+#include <atomic>
+#include <string_view>
 
 namespace fptrain::trainer {
 namespace {
@@ -36,14 +40,8 @@ struct Grads {
   std::map<std::string, at::Tensor> grads;
 };
 
-Grads run(int64_t every_k, bool granite = false) {
-  at::set_num_threads(1);  // tiny tensors: threads only add contention when tests run in parallel
-  const models::ModelConfig config = tiny_config(granite);
-  models::TensorMap params = models::init_parameters(config, 5);
-  for (auto& [n, t] : params) t.requires_grad_(true);
-  models::CausalLM model(config, params, attention::Backend::kReference);
-  set_activation_checkpointing(model, every_k);
-
+// The loss of one packed micro-batch (4 sequences, the first token of each unsupervised).
+at::Tensor packed_loss(const models::CausalLM& model) {
   at::manual_seed(1);
   const std::vector<int64_t> lengths = {7, 1, 12, 5};
   std::vector<int32_t> cu = {0};
@@ -61,10 +59,20 @@ Grads run(int64_t every_k, bool granite = false) {
   at::Tensor labels = in.input_ids.clone();
   for (size_t i = 0; i + 1 < cu.size(); ++i) labels[cu[i]] = -100;
 
-  const models::LossOutput out = model.loss(in, labels);
-  out.loss_sum.backward();
+  return model.loss(in, labels).loss_sum;
+}
+
+Grads run(int64_t every_k, bool granite = false) {
+  at::set_num_threads(1);  // tiny tensors: threads only add contention when tests run in parallel
+  const models::ModelConfig config = tiny_config(granite);
+  models::TensorMap params = models::init_parameters(config, 5);
+  for (auto& [n, t] : params) t.requires_grad_(true);
+  models::CausalLM model(config, params, attention::Backend::kReference);
+  set_activation_checkpointing(model, every_k);
+  const at::Tensor loss = packed_loss(model);
+  loss.backward();
   Grads g;
-  g.loss = out.loss_sum.detach();
+  g.loss = loss.detach();
   for (const auto& [n, t] : model.parameters()) g.grads[n] = t.grad().clone();
   return g;
 }
@@ -87,6 +95,37 @@ TEST(TrainActivationCheckpointing, GradientsEqualThePlainBackward) {
         EXPECT_EQ(diff, 0.0) << name << " every " << k << (granite ? " granite" : "");
       }
     }
+  }
+}
+
+std::atomic<int> g_linear_calls{0};
+std::unique_ptr<at::ObserverContext> count_linear(const at::RecordFunction& fn) {
+  if (std::string_view(fn.name()) == "aten::linear") ++g_linear_calls;
+  return nullptr;
+}
+
+// The saving itself (the gradients above would match without it): the
+// recomputation in the backward runs 5 of a layer's 7 projections (q, k, v,
+// gate, up; o and down are replayed without their products), selective's MLP
+// recomputation 2 of its 3.
+TEST(TrainActivationCheckpointing, RecomputationSkipsTheReplayedProjections) {
+  at::set_num_threads(1);
+  const models::ModelConfig config = tiny_config();
+  const std::vector<std::pair<int64_t, int>> cases = {{1, 5}, {2, 5}, {kCheckpointSelective, 2}};
+  for (const auto& [every_k, per_layer] : cases) {
+    models::TensorMap params = models::init_parameters(config, 5);
+    for (auto& [n, t] : params) t.requires_grad_(true);
+    models::CausalLM model(config, params, attention::Backend::kReference);
+    set_activation_checkpointing(model, every_k);
+    const at::Tensor loss = packed_loss(model);
+    g_linear_calls = 0;
+    const at::CallbackHandle handle =
+        at::addGlobalCallback(at::RecordFunctionCallback(count_linear).scopes({at::RecordScope::FUNCTION}));
+    loss.backward();
+    at::removeCallback(handle);
+    const int64_t recomputed = every_k == kCheckpointSelective ? config.num_hidden_layers
+                                                               : (config.num_hidden_layers + every_k - 1) / every_k;
+    EXPECT_EQ(g_linear_calls.load(), per_layer * recomputed) << "every " << every_k;
   }
 }
 
