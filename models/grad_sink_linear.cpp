@@ -39,12 +39,22 @@ at::Tensor sink_backward(AutogradContext* ctx, const at::Tensor& dy, at::Tensor&
 // The products are those of at::linear's own backward (dy W and dy^T x for a
 // 2-D x, dy summed over tokens for the bias), so the values are the same bits.
 // With and without a bias: an undefined tensor cannot be a Function's input.
-struct SinkLinear : public torch::autograd::Function<SinkLinear> {
+// kReplayed: the forward skips the product and returns zeros of its shape
+// (replayed_sink_linear); the backward is the same.
+template <bool kReplayed>
+at::Tensor sink_forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                        int64_t sink_address) {
+  ctx->save_for_backward({x, weight});
+  ctx->saved_data["sink"] = sink_address;
+  if constexpr (kReplayed) return at::zeros({x.size(0), weight.size(0)}, x.options());
+  return at::linear(x, weight, bias);
+}
+
+template <bool kReplayed>
+struct SinkLinear : public torch::autograd::Function<SinkLinear<kReplayed>> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             int64_t sink_address) {
-    ctx->save_for_backward({x, weight});
-    ctx->saved_data["sink"] = sink_address;
-    return at::linear(x, weight);
+    return sink_forward<kReplayed>(ctx, x, weight, at::Tensor(), sink_address);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     at::Tensor dweight;
@@ -53,42 +63,11 @@ struct SinkLinear : public torch::autograd::Function<SinkLinear> {
   }
 };
 
-struct SinkLinearWithBias : public torch::autograd::Function<SinkLinearWithBias> {
+template <bool kReplayed>
+struct SinkLinearWithBias : public torch::autograd::Function<SinkLinearWithBias<kReplayed>> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const at::Tensor& bias, int64_t sink_address) {
-    ctx->save_for_backward({x, weight});
-    ctx->saved_data["sink"] = sink_address;
-    return at::linear(x, weight, bias);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    at::Tensor dweight, dbias;
-    at::Tensor dx = sink_backward(ctx, grads[0], dweight);
-    if (ctx->needs_input_grad(2)) dbias = grads[0].sum(0);
-    return {dx, dweight, dbias, at::Tensor()};
-  }
-};
-
-// Forward without the product (replayed_sink_linear); backward as above.
-struct ReplayedLinear : public torch::autograd::Function<ReplayedLinear> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            int64_t sink_address) {
-    ctx->save_for_backward({x, weight});
-    ctx->saved_data["sink"] = sink_address;
-    return at::zeros({x.size(0), weight.size(0)}, x.options());
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    at::Tensor dweight;
-    at::Tensor dx = sink_backward(ctx, grads[0], dweight);
-    return {dx, dweight, at::Tensor()};
-  }
-};
-
-struct ReplayedLinearWithBias : public torch::autograd::Function<ReplayedLinearWithBias> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            const at::Tensor& /*bias*/, int64_t sink_address) {
-    ctx->save_for_backward({x, weight});
-    ctx->saved_data["sink"] = sink_address;
-    return at::zeros({x.size(0), weight.size(0)}, x.options());
+    return sink_forward<kReplayed>(ctx, x, weight, bias, sink_address);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     at::Tensor dweight, dbias;
@@ -104,14 +83,15 @@ at::Tensor replayed_sink_linear(const at::Tensor& x, const at::Tensor& weight, c
                                 GradSink* sink) {
   if (x.dim() != 2) throw std::invalid_argument("replayed_sink_linear: x must be 2-D [tokens, features]");
   const auto address = reinterpret_cast<int64_t>(sink != nullptr && sink->grad.defined() ? sink : nullptr);
-  return bias.defined() ? ReplayedLinearWithBias::apply(x, weight, bias, address)
-                        : ReplayedLinear::apply(x, weight, address);
+  return bias.defined() ? SinkLinearWithBias<true>::apply(x, weight, bias, address)
+                        : SinkLinear<true>::apply(x, weight, address);
 }
 
 at::Tensor sink_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, GradSink* sink) {
   if (sink == nullptr || !sink->grad.defined() || x.dim() != 2) return at::linear(x, weight, bias);
   const auto address = reinterpret_cast<int64_t>(sink);
-  return bias.defined() ? SinkLinearWithBias::apply(x, weight, bias, address) : SinkLinear::apply(x, weight, address);
+  return bias.defined() ? SinkLinearWithBias<false>::apply(x, weight, bias, address)
+                        : SinkLinear<false>::apply(x, weight, address);
 }
 
 }  // namespace fptrain::models
