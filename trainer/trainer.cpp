@@ -229,12 +229,18 @@ StepRecord Run::train_step_or_explain_oom(const data::TrainStep& ts) {
   } catch (const c10::OutOfMemoryError& e) {
     int64_t tokens = 0;
     for (const auto& mb : ts.micro_batches) tokens = std::max<int64_t>(tokens, mb.num_tokens);
+    // Suggest only what is not already set: with every layer recomputed, what is left is the
+    // micro-batch, the optimizer state (sharded over more ranks) or the fp32 masters.
+    std::string also;
+    if (config_.model.activation_checkpointing != 1) also += ", or set model.activation_checkpointing: every_layer";
+    if (config_.optimizer.master_weights)
+      also += ", or shard the fp32 master weights and moments over more GPUs (they hold 12 bytes per parameter) "
+              "or set optimizer.master_weights: false";
     throw std::runtime_error(
         "out of memory in step " + std::to_string(step_ + 1) + " (largest micro-batch " + std::to_string(tokens) +
         " tokens). Lower batching.examples_per_micro_batch or batching.max_tokens (raise "
-        "batching.grad_accumulation to keep the step size), or set model.activation_checkpointing: every_layer. "
-        "The last checkpoint is " + (last_checkpoint_ ? last_checkpoint_->string() : std::string("none")) +
-        ".\n" + e.what_without_backtrace());
+        "batching.grad_accumulation to keep the step size)" + also + ". The last checkpoint is " +
+        (last_checkpoint_ ? last_checkpoint_->string() : std::string("none")) + ".\n" + e.what_without_backtrace());
   }
 }
 

@@ -14,6 +14,9 @@
 //                            half of D), staged in shared memory and added to an fp32 buffer
 //                            by bulk tensor reductions (one thread issues them; no per-thread
 //                            atomics on the consumers' path).
+//                            A sequence that fits this key block (<= 128 tokens) has no other
+//                            CTA adding to its rows: its dQ is written straight out in the
+//                            output type, and the buffer is neither zeroed nor converted there.
 // dK and dV stay in registers over the whole head group: no per-query-head copies, no
 // reduction pass. Without atomics (deterministic mode) the dQ product is skipped and a
 // separate dQ pass runs.
@@ -192,7 +195,8 @@ template <typename T, int D>
 __device__ __forceinline__ void bwd_dq_accumulate(const BwdTensorMaps& maps, const BwdSmem<D>& sm,
                                                   const uint32_t (&dsf)[BwdTraits<D>::kBlockM / 16][4],
                                                   float (&dq)[D / 16][4], uint32_t s_ds, int qs, int h,
-                                                  int start, int q0, const BwdConsumerThread& th) {
+                                                  const VarlenShape& sh, const BwdItem& it, void* dq_out, int q0,
+                                                  const BwdConsumerThread& th) {
   using Tr = BwdTraits<D>;
   using KVTile = typename Tr::KVTile;
   using DsTile = typename Tr::DsTile;
@@ -222,6 +226,22 @@ __device__ __forceinline__ void bwd_dq_accumulate(const BwdTensorMaps& maps, con
   wgmma_wait<0>();
   fence_acc(dq);
   bwd_release(sm.q_empty(qs));
+  if (it.len <= BN) {
+    // The whole sequence is this key block: no other CTA adds to these rows, so dQ (scaled)
+    // goes straight to its place, rows past the sequence end dropped.
+    const int64_t row_stride = int64_t(sh.heads_q) * D;
+    T* out = static_cast<T*>(dq_out) + int64_t(it.start + q0) * row_stride + int64_t(h) * D + d0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = th.wl * 16 + th.g + r * 8;
+      if (q0 + row >= it.len) continue;
+#pragma unroll
+      for (int i = 0; i < DQN / 8; ++i)
+        *reinterpret_cast<uint32_t*>(out + row * row_stride + i * 8 + 2 * th.t) =
+            Pair16<T>::pack(dq[i][2 * r] * sh.scale, dq[i][2 * r + 1] * sh.scale);
+    }
+    return;
+  }
   // Stage dQ (fp32) in this warpgroup's slabs, then one thread adds it to the global
   // buffer with bulk tensor reductions. Rows past the sequence end hold exact zeros
   // (their P is 0), so adding them to the next sequence's rows changes nothing.
@@ -243,7 +263,7 @@ __device__ __forceinline__ void bwd_dq_accumulate(const BwdTensorMaps& maps, con
   if (issuer) {
 #pragma unroll
     for (int sl = 0; sl < DQN / 32; ++sl)
-      tma_reduce_add_3d(&maps.dq, s_dq + sl * Tr::kDqSlabBytes, d0 + sl * 32, h, start + q0);
+      tma_reduce_add_3d(&maps.dq, s_dq + sl * Tr::kDqSlabBytes, d0 + sl * 32, h, it.start + q0);
     bulk_commit();
   }
 }
@@ -296,8 +316,8 @@ template <typename T, int D, bool kAtomicDQ>
 __device__ __forceinline__ void bwd_consumer_step(float (&dk)[D / 8][4], float (&dv)[D / 8][4], BwdStepRegs<D>& r,
                                                   float (&dq)[D / 16][4], const BwdTensorMaps& maps,
                                                   const BwdSmem<D>& sm, const VarlenShape& sh, const BwdItem& it,
-                                                  int q_iter, int h, int q0, const BwdConsumerThread& th,
-                                                  float scale_log2) {
+                                                  void* dq_out, int q_iter, int h, int q0,
+                                                  const BwdConsumerThread& th, float scale_log2) {
   using Tr = BwdTraits<D>;
   using QTile = typename Tr::QTile;
   using DsTile = typename Tr::DsTile;
@@ -359,7 +379,7 @@ __device__ __forceinline__ void bwd_consumer_step(float (&dk)[D / 8][4], float (
   wgmma_commit();
 
   if constexpr (kAtomicDQ) {
-    bwd_dq_accumulate<T, D>(maps, sm, dsf, dq, s_ds, qs, h, it.start, q0, th);
+    bwd_dq_accumulate<T, D>(maps, sm, dsf, dq, s_ds, qs, h, sh, it, dq_out, q0, th);
   } else {
     wgmma_wait<0>();
     bwd_release(sm.q_empty(qs));
@@ -435,7 +455,7 @@ __device__ __forceinline__ void bwd_consumer(const BwdParams& p, const BwdTensor
       const int q0 = (qr.begin + step % q_blocks) * BM;
       BwdStepRegs<D> r;
       float dq[D / 16][4];  // atomic mode: dQ of this warpgroup's half of D
-      bwd_consumer_step<T, D, kAtomicDQ>(dk, dv, r, dq, maps, sm, sh, it, q_iter, h, q0, th, scale_log2);
+      bwd_consumer_step<T, D, kAtomicDQ>(dk, dv, r, dq, maps, sm, sh, it, p.dq, q_iter, h, q0, th, scale_log2);
       ++q_iter;
     }
     bwd_release(sm.kv_empty());  // K and V are no longer read

@@ -127,10 +127,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
   p.lse = lse_c.data_ptr<float>();
   at::Tensor dsum = at::empty_like(lse_c);
   p.dsum = dsum.data_ptr<float>();
-  at::Tensor dq_accum;
+  at::Tensor dq_accum, dq_route;
   if (!deterministic) {
-    dq_accum = at::zeros(q.sizes(), q.options().dtype(at::kFloat));
+    // Zeroed by the dsum kernel only where the dK/dV kernel adds into it (see bwd_pre_post.cuh).
+    dq_accum = at::empty(q.sizes(), q.options().dtype(at::kFloat));
     p.dq_accum = dq_accum.data_ptr<float>();
+    dq_route = at::empty({q.size(0)}, q.options().dtype(at::kByte));
+    p.dq_via_buffer = dq_route.data_ptr<unsigned char>();
   }
   p.dq = dq.data_ptr();
   p.dk = dk.data_ptr();

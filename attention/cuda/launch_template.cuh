@@ -95,6 +95,10 @@ void run_bwd_typed(BwdParams& p, cudaStream_t stream) {
   using Tr = BwdTraits<D>;
   const VarlenShape& s = p.shape;
   const int64_t rows = int64_t(s.total_tokens) * s.heads_q;
+  if (!p.deterministic) {
+    bwd_dq_route_kernel<D><<<unsigned((s.total_tokens + 255) / 256), 256, 0, stream>>>(p);
+    check_cuda(cudaGetLastError(), "backward dQ route kernel launch");
+  }
   const int64_t dsum_blocks = (rows * (D / 8) + 255) / 256;
   bwd_dsum_kernel<T, D><<<unsigned(dsum_blocks), 256, 0, stream>>>(p);
   check_cuda(cudaGetLastError(), "backward dsum kernel launch");
@@ -125,7 +129,8 @@ void run_bwd_typed(BwdParams& p, cudaStream_t stream) {
     launch_dkdv(bwd_dkdv_kernel<T, D, true>);
     const int64_t n4 = rows * D / 4;
     if (n4 > 0) {
-      bwd_dq_convert_kernel<T><<<unsigned((n4 + 255) / 256), 256, 0, stream>>>(p, n4);
+      const int64_t per_block = 256 * kConvertPerThread;
+      bwd_dq_convert_kernel<T, D><<<unsigned((n4 + per_block - 1) / per_block), 256, 0, stream>>>(p, n4);
       check_cuda(cudaGetLastError(), "backward dQ conversion launch");
     }
   }

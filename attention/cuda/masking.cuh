@@ -19,6 +19,22 @@ __host__ __device__ __forceinline__ SeqBounds seq_bounds(const int* cu_seqlens, 
   return {lo, hi - lo};
 }
 
+// Whether token tok lies in a sequence of 1..max_len tokens (binary search of cu_seqlens; a
+// token no sequence covers gives false).
+__device__ __forceinline__ bool token_in_short_sequence(const int* cu_seqlens, int batch, int total_tokens, int tok,
+                                                        int max_len) {
+  int lo = 0, hi = batch + 1;  // first j in [0, B] with cu_seqlens[j] > tok
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (cu_seqlens[mid] > tok) hi = mid;
+    else lo = mid + 1;
+  }
+  const int b = lo - 1;
+  if (b < 0 || b >= batch) return false;
+  const SeqBounds s = seq_bounds(cu_seqlens, b, total_tokens);
+  return s.len <= max_len && tok >= s.start && tok < s.start + s.len;
+}
+
 struct BlockRange {
   int begin, end;  // [begin, end) in blocks
 };

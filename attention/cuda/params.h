@@ -58,6 +58,7 @@ struct BwdParams {
   const float* lse = nullptr;  // [Hq, T]
   float* dsum = nullptr;       // [Hq, T]: rowsum(dO * O), from the preprocess kernel
   float* dq_accum = nullptr;   // [T, Hq, D] fp32 (atomic mode)
+  unsigned char* dq_via_buffer = nullptr;  // [T] atomic mode: 1 where the token's dQ goes through dq_accum
   void* dq = nullptr;          // [T, Hq, D]
   void* dk = nullptr;          // [T, Hkv, D]
   void* dv = nullptr;          // [T, Hkv, D]
