@@ -42,6 +42,7 @@ struct BwdTraits {
   static constexpr int kBlockN = bwd_block_n(D);
   static constexpr int kBlockM = bwd_block_m(D);
   static_assert(kBlockN == 128, "two consumer warpgroups x 64 keys");
+  static_assert(dq_direct_max_len(D) <= kBlockN, "a direct-dQ sequence must be one key block");
   static_assert(kBlockM == 64, "one 64-wide slab of queries per step");
   using KVTile = SlabTile<kBlockN, D>;
   using QTile = SlabTile<kBlockM, D>;
@@ -226,7 +227,7 @@ __device__ __forceinline__ void bwd_dq_accumulate(const BwdTensorMaps& maps, con
   wgmma_wait<0>();
   fence_acc(dq);
   bwd_release(sm.q_empty(qs));
-  if (it.len <= BN) {
+  if (it.len <= dq_direct_max_len(D)) {
     // The whole sequence is this key block: no other CTA adds to these rows, so dQ (scaled)
     // goes straight to its place, rows past the sequence end dropped.
     const int64_t row_stride = int64_t(sh.heads_q) * D;

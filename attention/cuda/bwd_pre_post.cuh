@@ -11,8 +11,9 @@ namespace fptrain::attention::cuda {
 // Atomic-dQ mode: the dK/dV kernel writes the dQ of a sequence that fits one key block
 // directly (one CTA sees all its keys); only the other rows go through the fp32 buffer,
 // so only they are zeroed here and converted after.
+template <int D>
 __device__ __forceinline__ bool dq_through_buffer(const VarlenShape& sh, int tok) {
-  return !token_in_short_sequence(sh.cu_seqlens, sh.batch, sh.total_tokens, tok, bwd_block_n(sh.head_dim));
+  return !token_in_short_sequence(sh.cu_seqlens, sh.batch, sh.total_tokens, tok, dq_direct_max_len(D));
 }
 
 // dq_via_buffer[t] for every token: one search per token, once, so that the passes below read a
@@ -20,7 +21,7 @@ __device__ __forceinline__ bool dq_through_buffer(const VarlenShape& sh, int tok
 template <int D>
 __global__ void __launch_bounds__(256) bwd_dq_route_kernel(BwdParams p) {
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
-  if (t < p.shape.total_tokens) p.dq_via_buffer[t] = dq_through_buffer(p.shape, t);
+  if (t < p.shape.total_tokens) p.dq_via_buffer[t] = dq_through_buffer<D>(p.shape, t);
 }
 
 // dsum[h, t] = sum_d dO[t, h, d] * O[t, h, d]: D/8 threads per row, 16-byte loads. In atomic-dQ

@@ -9,6 +9,9 @@ constexpr int fwd_block_n(int) { return 128; }
 // dK/dV: 8 warps x 16 keys; query step 64.
 constexpr int bwd_block_n(int) { return 128; }
 constexpr int bwd_block_m(int) { return 64; }
+// Atomic dQ: a sequence of at most this many tokens is a single key block of the dK/dV kernel,
+// so one CTA sees all its keys and writes its dQ directly (no fp32 buffer rows for it).
+constexpr int dq_direct_max_len(int d) { return bwd_block_n(d); }
 // Deterministic dQ: 4 warps x 16 query rows; key step 64.
 constexpr int dq_block_m(int) { return 64; }
 constexpr int dq_block_n(int) { return 64; }
