@@ -1,7 +1,9 @@
 // Backward kernel on Hopper tensor cores: dK, dV and (default) atomic dQ, warp-specialized.
 //
 // One CTA owns a block of 128 keys of one KV head. Warpgroup 0 is the producer: one warp
-// draws (key block, KV head) items heaviest first, loads K and V with bulk tensor copies,
+// draws (key block, KV head) items heaviest first, loads K and V with bulk tensor copies
+// (two stages at D = 64, one at D = 128; before waiting for a stage it asks L2 for the next
+// item's K, V and first Q, dO and row statistics, so short items do not wait on DRAM),
 // then streams Q, dO (TMA) and the rows' lse and rowsum(dO O) for every query head of the
 // GQA group and every query block (64 queries) that sees those keys, two stages deep.
 // Warpgroups 1 and 2 own 64 keys each and recompute the transposed scores, so that P^T
@@ -44,6 +46,7 @@ struct BwdTraits {
   static_assert(kBlockN == 128, "two consumer warpgroups x 64 keys");
   static_assert(dq_direct_max_len(D) <= kBlockN, "a direct-dQ sequence must be one key block");
   static_assert(kBlockM == 64, "one 64-wide slab of queries per step");
+  static constexpr int kKvStages = bwd_kv_stages(D);
   using KVTile = SlabTile<kBlockN, D>;
   using QTile = SlabTile<kBlockM, D>;
   using DsTile = SlabTile<kBlockN, kBlockM>;  // dS^T: rows are keys
@@ -52,10 +55,11 @@ struct BwdTraits {
   // dQ staging per consumer warpgroup: 64 query rows x D/2 fp32 as 32-float (128-byte) slabs.
   static constexpr int kDqSlabBytes = kBlockM * 128;
   static constexpr int kDqBytes = (D / 2 / 32) * kDqSlabBytes;
-  // K, V, Q[2], dO[2], dS^T[2], dQ staging x2, lse[2], dsum[2], barriers, plus slack for
-  // 1024-byte alignment.
-  static constexpr int kSmemBytes = 2 * KVTile::kBytes + 4 * QTile::kBytes + 2 * DsTile::kBytes + 2 * kDqBytes +
-                                    4 * kRowStatBytes + 128 + 1024;
+  // (K, V) per stage, Q[2], dO[2], dS^T[2], dQ staging x2, lse[2], dsum[2], barriers, plus
+  // slack for 1024-byte alignment.
+  static constexpr int kSmemBytes = kKvStages * 2 * KVTile::kBytes + 4 * QTile::kBytes + 2 * DsTile::kBytes +
+                                    2 * kDqBytes + 4 * kRowStatBytes + 128 + 1024;
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory of one CTA");
 };
 
 struct BwdTensorMaps {
@@ -64,40 +68,45 @@ struct BwdTensorMaps {
   CUtensorMap dq;       // fp32 dQ buffer, boxes of 32 x 1 x 64 rows
 };
 
-// Shared memory of one CTA: K, V, Q[2], dO[2], dS^T[2] as slab tiles from a 1024-byte aligned
-// base, dQ staging (one set of fp32 slabs per consumer warpgroup), the row statistics
-// lse[2][BM] (base 2) and dsum[2][BM], then 8-byte mbarriers kv_full, kv_empty, q_full[2],
-// q_empty[2] and the decoded item {item, block, sequence start, length}.
+// Shared memory of one CTA: (K, V) per K/V stage, Q[2], dO[2], dS^T[2] as slab tiles from a
+// 1024-byte aligned base, dQ staging (one set of fp32 slabs per consumer warpgroup), the row
+// statistics lse[2][BM] (base 2) and dsum[2][BM], then 8-byte mbarriers kv_full[2],
+// kv_empty[2], q_full[2], q_empty[2] and per K/V stage the decoded item {item, block,
+// sequence start, length}.
 template <int D>
 struct BwdSmem {
   using Tr = BwdTraits<D>;
-  uint32_t k, v, q0, do0, ds0, dq0, bar;
+  uint32_t k0, q0, do0, ds0, dq0, bar;
   float* stats;
-  volatile int* item_slot;
+  volatile int* item_slots;
 
   __device__ __forceinline__ explicit BwdSmem(unsigned char* smem) {
-    k = (smem_addr(smem) + 1023) & ~1023u;
-    v = k + Tr::KVTile::kBytes;
-    q0 = v + Tr::KVTile::kBytes;
+    k0 = (smem_addr(smem) + 1023) & ~1023u;
+    q0 = k0 + Tr::kKvStages * 2 * Tr::KVTile::kBytes;
     do0 = q0 + 2 * Tr::QTile::kBytes;
     ds0 = do0 + 2 * Tr::QTile::kBytes;
     dq0 = ds0 + 2 * Tr::DsTile::kBytes;
     const uint32_t s_stats = dq0 + 2 * Tr::kDqBytes;
     bar = s_stats + 4 * Tr::kRowStatBytes;
     stats = reinterpret_cast<float*>(smem + (s_stats - smem_addr(smem)));
-    item_slot = reinterpret_cast<volatile int*>(smem + (bar + 48 - smem_addr(smem)));
+    item_slots = reinterpret_cast<volatile int*>(smem + (bar + 64 - smem_addr(smem)));
   }
-  __device__ __forceinline__ uint32_t kv_full() const { return bar; }
-  __device__ __forceinline__ uint32_t kv_empty() const { return bar + 8; }
-  __device__ __forceinline__ uint32_t q_full(int s) const { return bar + 16 + 8 * s; }
-  __device__ __forceinline__ uint32_t q_empty(int s) const { return bar + 32 + 8 * s; }
+  __device__ __forceinline__ uint32_t k(int s) const { return k0 + s * 2 * Tr::KVTile::kBytes; }
+  __device__ __forceinline__ uint32_t v(int s) const { return k(s) + Tr::KVTile::kBytes; }
+  __device__ __forceinline__ volatile int* item_slot(int s) const { return item_slots + 4 * s; }
+  __device__ __forceinline__ uint32_t kv_full(int s) const { return bar + 8 * s; }
+  __device__ __forceinline__ uint32_t kv_empty(int s) const { return bar + 16 + 8 * s; }
+  __device__ __forceinline__ uint32_t q_full(int s) const { return bar + 32 + 8 * s; }
+  __device__ __forceinline__ uint32_t q_empty(int s) const { return bar + 48 + 8 * s; }
   __device__ __forceinline__ float* lse(int s) const { return stats + s * Tr::kBlockM; }
   __device__ __forceinline__ float* dsum(int s) const { return stats + 2 * Tr::kBlockM + s * Tr::kBlockM; }
 };
 
-// Producer (one warp): draws items, publishes each in the item slot, loads K and V once per
-// item, then for every query head of the group and every query block that sees those keys
-// the rows' lse and dsum (plain loads by the lanes) and Q and dO (lane 0's bulk copies).
+// Producer (one warp): draws items, publishes each in its K/V stage's item slot, loads K and
+// V once per item, then for every query head of the group and every query block that sees
+// those keys the rows' lse and dsum (plain loads by the lanes) and Q and dO (lane 0's bulk
+// copies). A drawn item's first loads are prefetched into L2 before the wait for a free K/V
+// stage: with one stage that wait lasts until the previous item's last step is done.
 template <typename T, int D>
 __device__ __forceinline__ void bwd_producer(const BwdParams& p, const BwdTensorMaps& maps, const BwdSmem<D>& sm,
                                              int group, int num_items, int lane) {
@@ -107,16 +116,19 @@ __device__ __forceinline__ void bwd_producer(const BwdParams& p, const BwdTensor
   constexpr int BN = Tr::kBlockN, BM = Tr::kBlockM, SLABS = D / 64;
   constexpr float kLog2e = 1.4426950408889634f;
   const VarlenShape& sh = p.shape;
+  constexpr int KVS = Tr::kKvStages;
   int item_iter = 0, q_iter = 0;
   for (;;) {
     int item = 0;
     if (lane == 0) item = atomicAdd(p.kv_tiles.next_item, 1);
     item = __shfl_sync(0xffffffffu, item, 0);
-    mbar_wait(sm.kv_empty(), (item_iter & 1) ^ 1);
+    const int ks = item_iter % KVS;
+    const int kv_phase = (item_iter / KVS) & 1;
     if (item >= num_items) {
+      mbar_wait(sm.kv_empty(ks), kv_phase ^ 1);
       if (lane == 0) {
-        sm.item_slot[0] = -1;
-        mbar_arrive(sm.kv_full());
+        sm.item_slot(ks)[0] = -1;
+        mbar_arrive(sm.kv_full(ks));
       }
       break;
     }
@@ -126,16 +138,37 @@ __device__ __forceinline__ void bwd_producer(const BwdParams& p, const BwdTensor
     const SeqBounds seq = seq_bounds(sh.cu_seqlens, tile.seq, sh.total_tokens);
     const int start = seq.start, len = seq.len;
     const BlockRange qr = query_blocks_for_key_block(tile.block, BM, BN, len, sh.causal, sh.window);
+    if (qr.begin < qr.end) {
+      const int h0 = hk * group, q_first = start + qr.begin * BM;
+      if (lane == 0) {
+#pragma unroll
+        for (int sl = 0; sl < SLABS; ++sl) {
+          tma_prefetch_3d(&maps.k, sl * 64, hk, start + tile.block * BN);
+          tma_prefetch_3d(&maps.v, sl * 64, hk, start + tile.block * BN);
+          tma_prefetch_3d(&maps.q, sl * 64, h0, q_first);
+          tma_prefetch_3d(&maps.dout, sl * 64, h0, q_first);
+        }
+      }
+      if (lane < BM / 16) {  // every 64-byte piece of the first block's row statistics
+        const int64_t r = int64_t(h0) * sh.total_tokens + min(q_first + lane * 16, sh.total_tokens - 1);
+        prefetch_l2(p.lse + r);
+        prefetch_l2(p.dsum + r);
+      }
+    }
+    mbar_wait(sm.kv_empty(ks), kv_phase ^ 1);
     if (lane == 0) {
-      sm.item_slot[0] = item;
-      sm.item_slot[1] = tile.block;
-      sm.item_slot[2] = start;
-      sm.item_slot[3] = len;
-      mbar_arrive_expect_tx(sm.kv_full(), 2 * KVTile::kBytes);
+      volatile int* slot = sm.item_slot(ks);
+      slot[0] = item;
+      slot[1] = tile.block;
+      slot[2] = start;
+      slot[3] = len;
+      mbar_arrive_expect_tx(sm.kv_full(ks), 2 * KVTile::kBytes);
 #pragma unroll
       for (int sl = 0; sl < SLABS; ++sl) {
-        tma_load_3d(sm.k + sl * KVTile::kSlabBytes, &maps.k, sm.kv_full(), sl * 64, hk, start + tile.block * BN);
-        tma_load_3d(sm.v + sl * KVTile::kSlabBytes, &maps.v, sm.kv_full(), sl * 64, hk, start + tile.block * BN);
+        tma_load_3d(sm.k(ks) + sl * KVTile::kSlabBytes, &maps.k, sm.kv_full(ks), sl * 64, hk,
+                    start + tile.block * BN);
+        tma_load_3d(sm.v(ks) + sl * KVTile::kSlabBytes, &maps.v, sm.kv_full(ks), sl * 64, hk,
+                    start + tile.block * BN);
       }
     }
     for (int hi = 0; hi < group; ++hi) {
@@ -182,6 +215,7 @@ struct BwdConsumerThread {
 // One item's key block as the consumers see it.
 struct BwdItem {
   int hk, start, len, k0;
+  uint32_t s_k, s_v;  // its K/V stage
 };
 
 // Every consumer thread arrives for itself: the producer's plain stores of the next item
@@ -219,7 +253,7 @@ __device__ __forceinline__ void bwd_dq_accumulate(const BwdTensorMaps& maps, con
 #pragma unroll
   for (int kt = 0; kt < BN / 16; ++kt) {
     const uint32_t a = s_ds + kt * 16 * 128;
-    const uint32_t b = sm.k + (d0 / 64) * KVTile::kSlabBytes + (d0 % 64) * 2 + kt * 16 * 128;
+    const uint32_t b = it.s_k + (d0 / 64) * KVTile::kSlabBytes + (d0 % 64) * 2 + kt * 16 * 128;
     Wgmma<T, DQN>::template ss<1, 1>(dq, wgmma_desc(a, DsTile::kSlabBytes, 1024),
                                      wgmma_desc(b, KVTile::kSlabBytes, 1024), kt > 0);
   }
@@ -340,9 +374,9 @@ __device__ __forceinline__ void bwd_consumer_step(float (&dk)[D / 8][4], float (
   zero_acc(st);
   zero_acc(dpt);
   wgmma_fence();
-  bwd_issue_kt_product<T, D>(st, sm.k, s_q, th.cw);
+  bwd_issue_kt_product<T, D>(st, it.s_k, s_q, th.cw);
   wgmma_commit();
-  bwd_issue_kt_product<T, D>(dpt, sm.v, s_do, th.cw);
+  bwd_issue_kt_product<T, D>(dpt, it.s_v, s_do, th.cw);
   wgmma_commit();
   // Row statistics of this thread's query columns, read while the products run.
 #pragma unroll
@@ -432,17 +466,22 @@ __device__ __forceinline__ void bwd_consumer(const BwdParams& p, const BwdTensor
   const int64_t kv_stride = int64_t(sh.heads_kv) * D;
   const float scale_log2 = sh.scale * kLog2e;
 
+  constexpr int KVS = Tr::kKvStages;
   int item_iter = 0, q_iter = 0;
   for (;;) {
-    mbar_wait(sm.kv_full(), item_iter & 1);
-    const int item = sm.item_slot[0];
+    const int ks = item_iter % KVS;
+    mbar_wait(sm.kv_full(ks), (item_iter / KVS) & 1);
+    volatile int* slot = sm.item_slot(ks);
+    const int item = slot[0];
     if (item < 0) break;
-    const int block = sm.item_slot[1];
+    const int block = slot[1];
     BwdItem it;
     it.hk = item % sh.heads_kv;
-    it.start = sm.item_slot[2];
-    it.len = sm.item_slot[3];
+    it.start = slot[2];
+    it.len = slot[3];
     it.k0 = block * BN;
+    it.s_k = sm.k(ks);
+    it.s_v = sm.v(ks);
     const BlockRange qr = query_blocks_for_key_block(block, BM, BN, it.len, sh.causal, sh.window);
     const int q_blocks = qr.end - qr.begin;
     const int steps = q_blocks * group;
@@ -459,7 +498,7 @@ __device__ __forceinline__ void bwd_consumer(const BwdParams& p, const BwdTensor
       bwd_consumer_step<T, D, kAtomicDQ>(dk, dv, r, dq, maps, sm, sh, it, p.dq, q_iter, h, q0, th, scale_log2);
       ++q_iter;
     }
-    bwd_release(sm.kv_empty());  // K and V are no longer read
+    bwd_release(sm.kv_empty(ks));  // K and V are no longer read
     bwd_epilogue<T, D>(p, dk, dv, it, th, kv_stride);
     ++item_iter;
   }
@@ -473,10 +512,12 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1)
   extern __shared__ unsigned char smem[];
   const BwdSmem<D> sm(smem);
   if (threadIdx.x == 0) {
-    mbar_init(sm.kv_full(), 1);
-    // Empty barriers count every consumer thread: each arrives after its own reads of the
-    // item slot / row statistics (bwd_release).
-    mbar_init(sm.kv_empty(), Tr::kConsumerThreads);
+    for (int s = 0; s < Tr::kKvStages; ++s) {
+      mbar_init(sm.kv_full(s), 1);
+      // Empty barriers count every consumer thread: each arrives after its own reads of the
+      // item slot / row statistics (bwd_release).
+      mbar_init(sm.kv_empty(s), Tr::kConsumerThreads);
+    }
     for (int s = 0; s < 2; ++s) {
       mbar_init(sm.q_full(s), 32);  // the producer warp's lanes (row statistics) and lane 0's copies
       mbar_init(sm.q_empty(s), Tr::kConsumerThreads);
