@@ -39,6 +39,22 @@ namespace fptrain::trainer {
 namespace fs = std::filesystem;
 namespace {
 
+// Appended to the error of a checkpoint that cannot be read when resuming: which one it was and,
+// where an older checkpoint exists, how to continue from that one instead.
+std::string damaged_checkpoint_hint(const fs::path& from, const TrainConfig& config) {
+  std::string hint = " (while resuming from " + from.string();
+  std::optional<fs::path> previous;
+  for (const auto& c : list_checkpoints(config.output_dir)) {
+    std::error_code ec;
+    if (fs::equivalent(c, from, ec)) break;
+    previous = c;
+  }
+  if (previous)
+    hint += "; if that checkpoint is damaged, set resume: " + previous->string() +
+            " to continue from the one before it, or move it out of " + from.parent_path().string();
+  return hint + ")";
+}
+
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -278,12 +294,19 @@ void Run::set_up() {
   if (env) join_group(*env);
   resume_from_ = agree_on_resume();
   std::optional<TrainingState> state;
-  if (resume_from_) state = load_training_state(*resume_from_, rank(), world());
-
-  // The model: the checkpoint's weights when resuming (the optimizer state then
-  // restores the fp32 masters exactly), else the configured model.
-  model_ = open_model(config_, device_.device, resume_from_ ? *resume_from_ : fs::path(config_.model.path),
-                      /*trainable=*/true);
+  try {
+    if (resume_from_) state = load_training_state(*resume_from_, rank(), world());
+    // The model: the checkpoint's weights when resuming (the optimizer state then
+    // restores the fp32 masters exactly), else the configured model.
+    model_ = open_model(config_, device_.device, resume_from_ ? *resume_from_ : fs::path(config_.model.path),
+                        /*trainable=*/true);
+  } catch (const std::invalid_argument& e) {
+    if (!resume_from_) throw;
+    throw std::invalid_argument(e.what() + damaged_checkpoint_hint(*resume_from_, config_));
+  } catch (const std::exception& e) {
+    if (!resume_from_) throw;
+    throw std::runtime_error(e.what() + damaged_checkpoint_hint(*resume_from_, config_));
+  }
   tokenizer_ = load_checked_tokenizer(config_.model.path, model_.config);
 
   const data::DataOptions options = make_data_options(config_, /*eval=*/false, rank(), world());

@@ -118,5 +118,28 @@ TEST(TrainCheckpoint, ResumeFromAnExplicitFolder) {
   EXPECT_NE(bad.output.find("not auto, none or an existing checkpoint folder"), std::string::npos) << bad.output;
 }
 
+TEST(TrainCheckpoint, ADamagedLatestCheckpointNamesTheOneBefore) {
+  TempDir dir;
+  const fs::path run = dir / "run";
+  const std::string cfg = dir.write("c.yaml", base_config(run, "chat.jsonl",
+      kShort + "training:\n  max_steps: 4\ncheckpoint:\n  interval: 2\n  keep_last: 5\n"));
+  ASSERT_EQ(run_fptrain({"train", cfg}).exit_code, 0);
+  const fs::path step2 = run / "checkpoints" / checkpoint_name(2);
+  const fs::path step4 = run / "checkpoints" / checkpoint_name(4);
+  fs::resize_file(step4 / "model.safetensors", 100);  // damaged after it was written
+
+  const CommandResult r = run_fptrain({"train", cfg, "--set", "training.max_steps=6"});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("model.safetensors"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("while resuming from " + step4.string()), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("set resume: " + step2.string()), std::string::npos) << r.output;
+  EXPECT_EQ(train_records(run).size(), 4u);  // nothing trained, nothing written
+
+  const CommandResult from2 =
+      run_fptrain({"train", cfg, "--set", "training.max_steps=6", "--set", "resume=" + step2.string()});
+  ASSERT_EQ(from2.exit_code, 0) << from2.output;
+  EXPECT_NE(from2.output.find("at step 2"), std::string::npos) << from2.output;
+}
+
 }  // namespace
 }  // namespace fptrain::trainer
