@@ -9,6 +9,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
 #include <stdexcept>
 #include <thread>
 
@@ -53,8 +54,9 @@ std::unique_ptr<Group> Group::join(const LaunchEnv& env, const GroupOptions& opt
   g->store_ = open_store(env, options.timeout);
   // Heartbeat keys exist before anyone's monitor reads them: the monitor sets
   // its own, then everyone meets.
-  g->monitor_ = std::make_unique<LivenessMonitor>(g->store_->clone(), env.rank, env.world_size, options.timeout,
-                                                  g->options_.fatal);
+  g->monitor_ = std::make_unique<LivenessMonitor>(g->store_->clone(), env.rank, env.world_size,
+                                                  std::min(options.timeout, options.heartbeat_timeout),
+                                                  options.timeout, g->options_.fatal);
   g->barrier("join");
   if (options.nccl) {
 #ifdef FPTRAIN_DISTRIBUTED_NCCL

@@ -21,6 +21,8 @@ namespace fptrain::distributed {
 
 struct GroupOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(600)};
+  // A peer whose heartbeat stands still this long (capped by `timeout`) is lost.
+  std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(60)};
   bool nccl = false;      // tensor collectives through NCCL (CUDA), else through the store
   int device_index = -1;  // the rank's CUDA device with nccl
   // With nccl: how reduce-scatters and all-gathers of shared buffers move

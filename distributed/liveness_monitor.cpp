@@ -20,10 +20,10 @@ std::string text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
 std::string heartbeat_key(int rank) { return "heartbeat/" + std::to_string(rank); }
 
 LivenessMonitor::LivenessMonitor(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size,
-                                 std::chrono::milliseconds timeout, std::function<void(const std::string&)> fatal,
-                                 std::chrono::milliseconds period)
-    : store_(std::move(store)), rank_(rank), world_(world_size), timeout_(timeout), period_(period),
-      fatal_(std::move(fatal)) {
+                                 std::chrono::milliseconds heartbeat_timeout, std::chrono::milliseconds timeout,
+                                 std::function<void(const std::string&)> fatal, std::chrono::milliseconds period)
+    : store_(std::move(store)), rank_(rank), world_(world_size), heartbeat_timeout_(heartbeat_timeout),
+      timeout_(timeout), period_(period), fatal_(std::move(fatal)) {
   store_->set(heartbeat_key(rank_), bytes("0 0"));
   thread_ = std::thread([this] { run(); });
 }
@@ -77,11 +77,12 @@ void LivenessMonitor::run() {
         if (v != last[r]) {
           last[r] = v;
           changed[r] = now;
-        } else if (now - changed[r] > timeout_) {
+        } else if (now - changed[r] > heartbeat_timeout_) {
           const auto space = v.find(' ');
           lose(me + ": lost rank " + std::to_string(r) + ": no heartbeat for " +
                std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now - changed[r]).count()) +
-               " s (distributed.timeout " + std::to_string(timeout_.count() / 1000) + " s; it was at step " +
+               " s (a peer counts as lost after " + std::to_string(heartbeat_timeout_.count() / 1000) +
+               " s: distributed.heartbeat_timeout, at most distributed.timeout; it was at step " +
                (space == std::string::npos ? std::string("?") : v.substr(space + 1)) +
                "): it died, froze or lost its network");
         }

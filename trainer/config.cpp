@@ -414,6 +414,11 @@ const std::vector<KeyDef>& key_defs() {
     t.integer("distributed.timeout",
               "seconds; a rank that dies or hangs makes every other exit non-zero within this, naming it",
               MEMBER(distributed.timeout), 1, 86400 * 7);
+    t.integer("distributed.heartbeat_timeout",
+              "seconds without a heartbeat (sent every second by a thread of each rank, whatever it computes) after "
+              "which a peer counts as dead (killed, frozen, its node gone) and the others exit naming it; at most "
+              "distributed.timeout",
+              MEMBER(distributed.heartbeat_timeout), 1, 86400 * 7);
     t.choice<ShardOptimizer>("distributed.shard_optimizer",
                              "auto = true with more than one rank: fp32 masters and AdamW moments split across ranks "
                              "(ZeRO-1), gradients reduce-scattered (ZeRO-2); false = every rank holds all, all-reduce",

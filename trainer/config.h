@@ -126,6 +126,9 @@ struct CheckpointSection {
 // WORLD_SIZE, ...; batching sizes are per rank).
 struct DistributedSection {
   int64_t timeout = 600;  // seconds: a dead or hung rank makes every other exit within this
+  // Seconds without a heartbeat (a thread of each rank beats every second, whatever the rank
+  // computes) after which a peer counts as dead (killed, frozen, its node gone); at most `timeout`.
+  int64_t heartbeat_timeout = 60;
   // ZeRO-1/2 (auto: on when world > 1): masters and moments split across ranks, gradients reduce-scattered.
   ShardOptimizer shard_optimizer = ShardOptimizer::kAuto;
   int64_t bucket_mb = 512;  // gradient buckets (model dtype) reduced while the backward runs

@@ -409,6 +409,7 @@ void Run::join_group(const distributed::LaunchEnv& env) {
                                 "but this rank runs on the " + device_.device.str() + " (use auto or nccl)");
   distributed::GroupOptions o;
   o.timeout = std::chrono::seconds(config_.distributed.timeout);
+  o.heartbeat_timeout = std::chrono::seconds(config_.distributed.heartbeat_timeout);
   o.nccl = device_.device.is_cuda();
   o.device_index = device_.device.is_cuda() ? device_.device.index() : -1;
   o.transfers = common::enum_name(config_.distributed.transfers);

@@ -1,6 +1,7 @@
 // A group under faults, launched by hand without torchrun (so nothing but
 // fptrain itself stops the survivors): a rank killed outright makes the other
-// exit non-zero within distributed.timeout (rank 0 naming a dead rank 1; what
+// exit non-zero within distributed.heartbeat_timeout, long before the collectives'
+// distributed.timeout (rank 0 naming a dead rank 1; what
 // rank 1 says of a dead rank 0 is a DISABLED test until fixed), leaving no
 // process behind; SIGTERM to one rank stops the whole group after one common
 // step with one checkpoint, and the same command resumes it.
@@ -48,7 +49,8 @@ TEST_P(KillOneRank, TheSurvivorExitsNonZeroInTimeAndNothingIsLeftBehind) {
   const fs::path cfg = dir.write("c.yaml", dp_config(run, "tokens.jsonl"));
   auto procs = start_running(dir, run, "run",
                              train_args(cfg, {"training.max_steps=1000000", "batching.examples_per_micro_batch=4",
-                                              "distributed.timeout=" + std::to_string(kTimeout)}));
+                                              "distributed.timeout=600",
+                                              "distributed.heartbeat_timeout=" + std::to_string(kTimeout)}));
   ASSERT_EQ(procs.size(), 2u);
 
   ASSERT_EQ(::kill(procs[victim]->pid(), SIGKILL), 0);
