@@ -300,6 +300,8 @@ void Run::set_up() {
     // restores the fp32 masters exactly), else the configured model.
     model_ = open_model(config_, device_.device, resume_from_ ? *resume_from_ : fs::path(config_.model.path),
                         /*trainable=*/true);
+  } catch (const c10::Error&) {
+    throw;  // LibTorch's own (out of memory, CUDA): not the checkpoint's doing; train() reports them
   } catch (const std::invalid_argument& e) {
     if (!resume_from_) throw;
     throw std::invalid_argument(e.what() + damaged_checkpoint_hint(*resume_from_, config_));

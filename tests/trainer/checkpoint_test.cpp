@@ -102,12 +102,20 @@ TEST(TrainCheckpoint, KeepLastPrunesAndResumePicksTheLatest) {
   EXPECT_EQ(train_records(run).size(), 9u);
 }
 
+// A finished 4-step run in dir/run with checkpoints at steps 2 and 4; returns its config.
+std::string train_four_steps_checkpointing_every_two(TempDir& dir) {
+  const std::string cfg = dir.write("c.yaml", base_config(dir / "run", "chat.jsonl",
+      kShort + "training:\n  max_steps: 4\ncheckpoint:\n  interval: 2\n  keep_last: 5\n"));
+  const CommandResult r = run_fptrain({"train", cfg});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return cfg;
+}
+
 TEST(TrainCheckpoint, ResumeFromAnExplicitFolder) {
   TempDir dir;
   const fs::path run = dir / "run";
-  const std::string cfg = dir.write("c.yaml", base_config(run, "chat.jsonl",
-      kShort + "training:\n  max_steps: 4\ncheckpoint:\n  interval: 2\n  keep_last: 5\n"));
-  ASSERT_EQ(run_fptrain({"train", cfg}).exit_code, 0);
+  const std::string cfg = train_four_steps_checkpointing_every_two(dir);
+  ASSERT_FALSE(HasFailure());
   const fs::path step2 = run / "checkpoints" / checkpoint_name(2);
   const CommandResult r = run_fptrain({"train", cfg, "--set", "resume=" + step2.string()});
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -121,9 +129,8 @@ TEST(TrainCheckpoint, ResumeFromAnExplicitFolder) {
 TEST(TrainCheckpoint, ADamagedLatestCheckpointNamesTheOneBefore) {
   TempDir dir;
   const fs::path run = dir / "run";
-  const std::string cfg = dir.write("c.yaml", base_config(run, "chat.jsonl",
-      kShort + "training:\n  max_steps: 4\ncheckpoint:\n  interval: 2\n  keep_last: 5\n"));
-  ASSERT_EQ(run_fptrain({"train", cfg}).exit_code, 0);
+  const std::string cfg = train_four_steps_checkpointing_every_two(dir);
+  ASSERT_FALSE(HasFailure());
   const fs::path step2 = run / "checkpoints" / checkpoint_name(2);
   const fs::path step4 = run / "checkpoints" / checkpoint_name(4);
   fs::resize_file(step4 / "model.safetensors", 100);  // damaged after it was written
