@@ -16,8 +16,8 @@
 //                            half of D), staged in shared memory and added to an fp32 buffer
 //                            by bulk tensor reductions (one thread issues them; no per-thread
 //                            atomics on the consumers' path).
-//                            A sequence that fits this key block (<= 128 tokens) has no other
-//                            CTA adding to its rows: its dQ is written straight out in the
+//                            A segment that fits this key block (a document or a pack of
+//                            <= 128 tokens) has no other CTA adding to its rows: its dQ is written straight out in the
 //                            output type, and the buffer is neither zeroed nor converted there.
 // dK and dV stay in registers over the whole head group: no per-query-head copies, no
 // reduction pass. Without atomics (deterministic mode) the dQ product is skipped and a
@@ -58,7 +58,7 @@ struct BwdTraits {
   // (K, V) per stage, Q[2], dO[2], dS^T[2], dQ staging x2, lse[2], dsum[2], barriers, plus
   // slack for 1024-byte alignment.
   static constexpr int kSmemBytes = kKvStages * 2 * KVTile::kBytes + 4 * QTile::kBytes + 2 * DsTile::kBytes +
-                                    2 * kDqBytes + 4 * kRowStatBytes + 128 + 1024;
+                                    2 * kDqBytes + 4 * kRowStatBytes + 192 + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one CTA");
 };
 
@@ -72,7 +72,7 @@ struct BwdTensorMaps {
 // 1024-byte aligned base, dQ staging (one set of fp32 slabs per consumer warpgroup), the row
 // statistics lse[2][BM] (base 2) and dsum[2][BM], then 8-byte mbarriers kv_full[2],
 // kv_empty[2], q_full[2], q_empty[2] and per K/V stage the decoded item {item, block,
-// sequence start, length}.
+// segment start, length, documents, document starts[4]}.
 template <int D>
 struct BwdSmem {
   using Tr = BwdTraits<D>;
@@ -93,7 +93,7 @@ struct BwdSmem {
   }
   __device__ __forceinline__ uint32_t k(int s) const { return k0 + s * 2 * Tr::KVTile::kBytes; }
   __device__ __forceinline__ uint32_t v(int s) const { return k(s) + Tr::KVTile::kBytes; }
-  __device__ __forceinline__ volatile int* item_slot(int s) const { return item_slots + 4 * s; }
+  __device__ __forceinline__ volatile int* item_slot(int s) const { return item_slots + 16 * s; }
   __device__ __forceinline__ uint32_t kv_full(int s) const { return bar + 8 * s; }
   __device__ __forceinline__ uint32_t kv_empty(int s) const { return bar + 16 + 8 * s; }
   __device__ __forceinline__ uint32_t q_full(int s) const { return bar + 32 + 8 * s; }
@@ -135,8 +135,8 @@ __device__ __forceinline__ void bwd_producer(const BwdParams& p, const BwdTensor
     const WorkItem w = decode_item(p.kv_tiles, item, sh.heads_kv);
     const Tile tile = w.tile;
     const int hk = w.head;
-    const SeqBounds seq = seq_bounds(sh.cu_seqlens, tile.seq, sh.total_tokens);
-    const int start = seq.start, len = seq.len;
+    const Segment seg = load_segment(p.kv_tiles, tile.seg);
+    const int start = seg.start, len = seg.len;
     const BlockRange qr = query_blocks_for_key_block(tile.block, BM, BN, len, sh.causal, sh.window);
     if (qr.begin < qr.end) {
       const int h0 = hk * group, q_first = start + qr.begin * BM;
@@ -162,6 +162,9 @@ __device__ __forceinline__ void bwd_producer(const BwdParams& p, const BwdTensor
       slot[1] = tile.block;
       slot[2] = start;
       slot[3] = len;
+      slot[4] = seg.num_docs;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) slot[5 + i] = int(seg.doc_starts[i]);
       mbar_arrive_expect_tx(sm.kv_full(ks), 2 * KVTile::kBytes);
 #pragma unroll
       for (int sl = 0; sl < SLABS; ++sl) {
@@ -215,7 +218,9 @@ struct BwdConsumerThread {
 // One item's key block as the consumers see it.
 struct BwdItem {
   int hk, start, len, k0;
-  uint32_t s_k, s_v;  // its K/V stage
+  bool packed;        // a pack of several documents (its one block is masked at their boundaries)
+  int stage;          // its K/V stage (whose item slot holds a pack's document starts)
+  uint32_t s_k, s_v;  // that stage's K and V
 };
 
 // Every consumer thread arrives for itself: the producer's plain stores of the next item
@@ -262,7 +267,7 @@ __device__ __forceinline__ void bwd_dq_accumulate(const BwdTensorMaps& maps, con
   fence_acc(dq);
   bwd_release(sm.q_empty(qs));
   if (it.len <= dq_direct_max_len(D)) {
-    // The whole sequence is this key block: no other CTA adds to these rows, so dQ (scaled)
+    // The whole segment is this key block: no other CTA adds to these rows, so dQ (scaled)
     // goes straight to its place, rows past the sequence end dropped.
     const int64_t row_stride = int64_t(sh.heads_q) * D;
     T* out = static_cast<T*>(dq_out) + int64_t(it.start + q0) * row_stride + int64_t(h) * D + d0;
@@ -385,7 +390,14 @@ __device__ __forceinline__ void bwd_consumer_step(float (&dk)[D / 8][4], float (
   fence_acc(st);
 
   // P^T = exp(scale S^T - lse[q]); hidden pairs were set to -inf.
-  if (block_needs_mask(q0, BM, it.k0, BN, it.len, sh.causal, sh.window))
+  if (it.packed) {  // every key row tested against its own document
+    volatile int* slot = sm.item_slot(it.stage);
+    const unsigned w0 = slot[5], w1 = slot[6], w2 = slot[7], w3 = slot[8];
+    const int row = it.k0 + th.row0 + th.g;
+    const DocSpan doc[2] = {pack_doc_span(w0, w1, w2, w3, it.len, row),
+                            pack_doc_span(w0, w1, w2, w3, it.len, row + 8)};
+    apply_doc_mask<false>(st, it.k0 + th.row0, q0, doc, sh.causal, sh.window);
+  } else if (block_needs_mask(q0, BM, it.k0, BN, it.len, sh.causal, sh.window))
     apply_mask<false>(st, it.k0 + th.row0, q0, it.len, sh.causal, sh.window);
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
@@ -479,9 +491,12 @@ __device__ __forceinline__ void bwd_consumer(const BwdParams& p, const BwdTensor
     it.hk = item % sh.heads_kv;
     it.start = slot[2];
     it.len = slot[3];
+    it.packed = slot[4] > 1;
+    it.stage = ks;
     it.k0 = block * BN;
     it.s_k = sm.k(ks);
     it.s_v = sm.v(ks);
+
     const BlockRange qr = query_blocks_for_key_block(block, BM, BN, it.len, sh.causal, sh.window);
     const int q_blocks = qr.end - qr.begin;
     const int steps = q_blocks * group;

@@ -50,8 +50,8 @@ __global__ void __launch_bounds__(DqTraits<D>::kThreads) bwd_dq_kernel(BwdParams
     const WorkItem w = decode_item(p.q_tiles, item, sh.heads_q);
     const Tile tile = w.tile;
     const int h = w.head, hk = h / group;
-    const SeqBounds seq = seq_bounds(sh.cu_seqlens, tile.seq, sh.total_tokens);
-    const int start = seq.start, len = seq.len;
+    const Segment seg = load_segment(p.q_tiles, tile.seg);
+    const int start = seg.start, len = seg.len;
     const int q0 = tile.block * BM;
     const BlockRange kr = key_blocks_for_query_block(tile.block, BM, BN, len, sh.causal, sh.window);
 
@@ -72,9 +72,11 @@ __global__ void __launch_bounds__(DqTraits<D>::kThreads) bwd_dq_kernel(BwdParams
 
     // Each thread's two rows: lse (base 2) and dsum.
     float lse2[2], dsum[2];
+    DocSpan doc[2];  // in a pack: the document of each row (unused otherwise)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int row = q0 + warp * 16 + g + r * 8;
+      doc[r] = pack_doc_span(seg.doc_starts[0], seg.doc_starts[1], seg.doc_starts[2], seg.doc_starts[3], len, row);
       const int64_t idx = int64_t(h) * sh.total_tokens + start + row;
       lse2[r] = row < len ? p.lse[idx] * 1.4426950408889634f : 0.f;
       dsum[r] = row < len ? p.dsum[idx] : 0.f;
@@ -97,7 +99,9 @@ __global__ void __launch_bounds__(DqTraits<D>::kThreads) bwd_dq_kernel(BwdParams
       zero_acc(s);
       gemm_sa_bt<T, D / 16, NT, D>(s, s_q, warp * 16, s_k);
       const int kb = n * BN;
-      if (block_needs_mask(q0, BM, kb, BN, len, sh.causal, sh.window))
+      if (seg.num_docs > 1)
+        apply_doc_mask<true>(s, q0 + warp * 16, kb, doc, sh.causal, sh.window);
+      else if (block_needs_mask(q0, BM, kb, BN, len, sh.causal, sh.window))
         apply_mask<true>(s, q0 + warp * 16, kb, len, sh.causal, sh.window);
       float dp[NT][4];
       zero_acc(dp);

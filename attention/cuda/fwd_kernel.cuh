@@ -35,7 +35,7 @@ struct FwdTraits {
   using QTile = SlabTile<kBlockM, D>;
   using KVTile = SlabTile<kBlockN, D>;
   static constexpr int kStages = 2;
-  static constexpr int kBarrierBytes = 128;  // 8 mbarriers + 2 decoded item slots
+  static constexpr int kBarrierBytes = 192;  // 8 mbarriers + 2 decoded item slots of 16 ints
   // Q[2], K[2], V[2], barriers, plus slack to align to the 1024-byte swizzle pattern.
   static constexpr int kSmemBytes = kStages * (QTile::kBytes + 2 * KVTile::kBytes) + kBarrierBytes + 1024;
   static constexpr int kConsumerWarps = 8;
@@ -48,8 +48,8 @@ struct FwdTensorMaps {
 
 // Shared memory of one CTA: Q[2], K[2], V[2] as slab tiles from a 1024-byte aligned base,
 // then 8-byte mbarriers q_full[2], q_empty[2], kv_full[2], kv_empty[2], then per Q stage the
-// item the producer decoded: {item, block, sequence start, length}, so the consumers start
-// without a chain of dependent global loads.
+// item the producer decoded: {item, block, segment start, length, documents, document starts[4]},
+// so the consumers start without a chain of dependent global loads.
 template <int D>
 struct FwdSmem {
   using QTile = typename FwdTraits<D>::QTile;
@@ -68,6 +68,7 @@ struct FwdSmem {
   __device__ __forceinline__ uint32_t q_empty(int s) const { return bar + 16 + 8 * s; }
   __device__ __forceinline__ uint32_t kv_full(int s) const { return bar + 32 + 8 * s; }
   __device__ __forceinline__ uint32_t kv_empty(int s) const { return bar + 48 + 8 * s; }
+  __device__ __forceinline__ volatile int* item_slot(int s) const { return items + 16 * s; }
 };
 
 // Producer (one thread): draws items, publishes each in its Q stage's slot, loads Q once per
@@ -86,19 +87,23 @@ __device__ __forceinline__ void fwd_producer(const FwdParams& p, const FwdTensor
     const int qs = q_iter & 1;
     mbar_wait(sm.q_empty(qs), ((q_iter >> 1) & 1) ^ 1);
     if (item >= num_items) {
-      sm.items[4 * qs] = -1;
+      sm.item_slot(qs)[0] = -1;
       mbar_arrive(sm.q_full(qs));
       break;
     }
     const WorkItem w = decode_item(p.tiles, item, sh.heads_q);
     const Tile tile = w.tile;
     const int h = w.head, hk = h / group;
-    const SeqBounds seq = seq_bounds(sh.cu_seqlens, tile.seq, sh.total_tokens);
-    const int start = seq.start, len = seq.len;
-    sm.items[4 * qs] = item;
-    sm.items[4 * qs + 1] = tile.block;
-    sm.items[4 * qs + 2] = start;
-    sm.items[4 * qs + 3] = len;
+    const Segment seg = load_segment(p.tiles, tile.seg);
+    const int start = seg.start, len = seg.len;
+    volatile int* slot = sm.item_slot(qs);
+    slot[0] = item;
+    slot[1] = tile.block;
+    slot[2] = start;
+    slot[3] = len;
+    slot[4] = seg.num_docs;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) slot[5 + i] = int(seg.doc_starts[i]);
     const BlockRange kr = key_blocks_for_query_block(tile.block, BM, BN, len, sh.causal, sh.window);
     mbar_arrive_expect_tx(sm.q_full(qs), QTile::kBytes);
 #pragma unroll
@@ -131,6 +136,7 @@ struct FwdConsumerThread {
 // One item's query block as the consumers see it.
 struct FwdItem {
   int h, start, len, q0;
+  bool packed;  // a pack of several documents (its one block is masked at their boundaries)
   BlockRange kr;
 };
 
@@ -191,6 +197,21 @@ __device__ __forceinline__ int fwd_consumer_mainloop(FwdItemRegs<D>& r, const Fw
     if (block_needs_mask(it.q0, BM, n * BN, BN, it.len, sh.causal, sh.window))
       apply_mask<true>(s, it.q0 + th.row0, n * BN, it.len, sh.causal, sh.window);
   };
+  // A pack is one key block (the first visited): every row tested against its own document,
+  // found from the document starts in the item slot.
+  auto mask_first = [&](float (&s)[NT][4], int n) {
+    if (it.packed) {
+      volatile int* slot = sm.item_slot(qs);
+      const unsigned w0 = slot[5], w1 = slot[6], w2 = slot[7], w3 = slot[8];
+      const int row = it.q0 + th.row0 + th.g;
+      const DocSpan doc[2] = {pack_doc_span(w0, w1, w2, w3, it.len, row),
+                              pack_doc_span(w0, w1, w2, w3, it.len, row + 8)};
+      apply_doc_mask<true>(s, it.q0 + th.row0, n * BN, doc, sh.causal, sh.window);
+      mbar_arrive(sm.q_empty(qs));  // this thread's slot loads are done (see fwd_consumer)
+    } else {
+      mask(s, n);
+    }
+  };
 
   auto& o = r.o;
   auto& softmax = r.softmax;
@@ -212,7 +233,7 @@ __device__ __forceinline__ int fwd_consumer_mainloop(FwdItemRegs<D>& r, const Fw
   wgmma_wait<0>();
   fence_acc(s);
   if (n == it.kr.begin) release(sm.q_empty(qs));
-  mask(s, n);
+  mask_first(s, n);
   softmax.scores_to_probs(s, scale_log2, alpha);
   acc_to_a_frags<T, BN / 16>(pf, s);
   ++kv_iter;
@@ -298,17 +319,20 @@ __device__ __forceinline__ void fwd_consumer(const FwdParams& p, const FwdSmem<D
   for (;;) {
     const int qs = q_iter & 1;
     mbar_wait(sm.q_full(qs), (q_iter >> 1) & 1);
-    const int item = sm.items[4 * qs];
+    volatile int* slot = sm.item_slot(qs);
+    const int item = slot[0];
     if (item < 0) break;
-    const int block = sm.items[4 * qs + 1];
+    const int block = slot[1];
     FwdItem it;
     it.h = item % sh.heads_q;
-    it.start = sm.items[4 * qs + 2];
-    it.len = sm.items[4 * qs + 3];
-    // Each thread arrives for its own slot loads, so the barrier alone orders them before
-    // the producer's next store (racecheck credits nothing else); kept out of the key-block
-    // loop, where an all-thread arrival cost 7% at 8k.
-    mbar_arrive(sm.q_empty(qs));
+    it.start = slot[2];
+    it.len = slot[3];
+    it.packed = slot[4] > 1;
+    // Each thread arrives for its own slot loads, so the barrier alone orders them before the
+    // producer's next store (racecheck credits nothing else); kept out of the key-block loop,
+    // where an all-thread arrival cost 7% at 8k. A pack's threads still read its document
+    // starts from the slot in the mainloop and arrive there.
+    if (!it.packed) mbar_arrive(sm.q_empty(qs));
     it.q0 = block * BM;
     it.kr = key_blocks_for_query_block(block, BM, BN, it.len, sh.causal, sh.window);
 

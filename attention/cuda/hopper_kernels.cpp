@@ -3,6 +3,7 @@
 
 #include <ATen/cuda/CUDAContext.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -50,14 +51,17 @@ VarlenShape make_shape(const at::Tensor& q, const at::Tensor& k, const VarlenSpe
   return s;
 }
 
-// Tile list storage: [capacity] tiles, num_tiles, the work counter, then 2B ints of scratch.
+// Tile list storage: B segments (16-byte aligned at the front), [capacity] tiles, num_tiles,
+// the work counter, then the scheduler's scratch.
 TileList make_tile_list(at::Tensor& storage, int capacity, int batch, const at::Device& device) {
-  storage = at::empty({int64_t(capacity) * 2 + 2 + 2 * int64_t(batch)},
+  const int64_t segment_ints = int64_t(sizeof(Segment) / 4) * batch, tile_ints = 2 * int64_t(capacity);
+  storage = at::empty({segment_ints + tile_ints + 2 + tile_list_scratch_ints(batch)},
                       at::TensorOptions().dtype(at::kInt).device(device));
   int* base = storage.data_ptr<int>();
   TileList list;
-  list.tiles = reinterpret_cast<Tile*>(base);
-  list.num_tiles = base + int64_t(capacity) * 2;
+  list.segments = reinterpret_cast<Segment*>(base);
+  list.tiles = reinterpret_cast<Tile*>(base + segment_ints);
+  list.num_tiles = base + segment_ints + tile_ints;
   list.next_item = list.num_tiles + 1;
   list.scratch = list.next_item + 1;
   list.capacity = capacity;
@@ -147,6 +151,27 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
                                p.shape.batch, q.device());
   run_bwd(p, dtype_of(q), at::cuda::getCurrentCUDAStream());
   return {dq, dk, dv};
+}
+
+at::Tensor tile_segments(const at::Tensor& cu_seqlens, int64_t total_tokens) {
+  if (!cu_seqlens.is_cuda() || cu_seqlens.scalar_type() != at::kInt || cu_seqlens.dim() != 1 || cu_seqlens.size(0) < 2)
+    fail("tile_segments: cu_seqlens must be an int32 CUDA vector [B+1], B >= 1");
+  const at::Tensor cu = cu_seqlens.contiguous();
+  VarlenShape shape;
+  shape.cu_seqlens = cu.data_ptr<int>();
+  shape.batch = int(cu.size(0) - 1);
+  shape.total_tokens = int(total_tokens);
+  at::Tensor storage;
+  TileList list = make_tile_list(storage, tile_capacity(shape.total_tokens, shape.batch, fwd_block_m(128)),
+                                 shape.batch, cu.device());
+  run_tile_scheduler(shape, list, at::cuda::getCurrentCUDAStream());
+  // The table is in stream order; its rows cover the B documents (the count is not stored).
+  constexpr int64_t kFields = sizeof(Segment) / 4;
+  at::Tensor table = storage.narrow(0, 0, kFields * shape.batch).view({shape.batch, kFields}).cpu();
+  const auto rows = table.accessor<int, 2>();
+  int64_t count = 0, covered = 0;
+  while (count < shape.batch && covered < shape.batch) covered += std::max(rows[count++][3], 1);
+  return table.narrow(0, 0, count).clone();
 }
 
 }  // namespace fptrain::attention::cuda

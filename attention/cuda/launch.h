@@ -16,6 +16,9 @@ void run_fwd(FwdParams& params, DType dtype, cudaStream_t stream);
 // dq_accum must be zeroed by the caller in the atomic mode.
 void run_bwd(BwdParams& params, DType dtype, cudaStream_t stream);
 
+// Runs the tile scheduler alone, with the forward's block sizes (tests read its segments).
+void run_tile_scheduler(const VarlenShape& shape, TileList list, cudaStream_t stream);
+
 // Throws std::runtime_error naming the file and the CUDA error when `err` is not success.
 void check_cuda(cudaError_t err, const char* what);
 

@@ -2,9 +2,13 @@
 //
 // Within one sequence of length L (positions local to the sequence), query i sees
 // key j iff  j < L,  (not causal or j <= i)  and  (window == 0 or j > i - window).
+// The kernels tile segments (params.h): one document, or a pack of short ones, where
+// query and key must also lie in the same document (pack_doc_span, apply_doc_mask).
 #pragma once
 
 #include <cmath>
+
+#include "attention/cuda/params.h"
 
 namespace fptrain::attention::cuda {
 
@@ -67,6 +71,66 @@ __device__ __forceinline__ bool block_needs_mask(int q0, int bm, int k0, int bn,
   if (causal && k0 + bn - 1 > q0) return true;
   if (window > 0 && k0 <= q0 + bm - 1 - window) return true;
   return false;
+}
+
+// The document holding row `row` of a pack of `len` tokens, as pack-local [lo, hi), from the
+// pack's document starts (Segment::doc_starts; bit 0 is always set): the nearest start at or
+// before the row and the next one after it. Rows past the end get [len, len): nothing.
+struct DocSpan {
+  int lo, hi;
+};
+__device__ __forceinline__ DocSpan pack_doc_span(unsigned w0, unsigned w1, unsigned w2, unsigned w3, int len,
+                                                 int row) {
+  if (row >= len) return {len, len};
+  const unsigned long long low = (static_cast<unsigned long long>(w1) << 32) | w0 | 1ull;
+  const unsigned long long high = (static_cast<unsigned long long>(w3) << 32) | w2;
+  auto upto = [](int bit) { return ~0ull >> (63 - bit); };  // bits 0..bit
+  int lo, hi = len;
+  if (row >= 64) {
+    const unsigned long long m = high & upto(row - 64);
+    lo = m ? 127 - __clzll(m) : 63 - __clzll(low);
+    const unsigned long long above = high & ~upto(row - 64);
+    if (above) hi = 64 + __ffsll(above) - 1;
+  } else {
+    lo = 63 - __clzll(low & upto(row));
+    const unsigned long long above = low & ~upto(row);
+    if (above) hi = __ffsll(above) - 1;
+    else if (high) hi = 64 + __ffsll(high) - 1;
+  }
+  return {lo, min(hi, len)};
+}
+
+// Query i sees key j (segment-local) iff both lie in the document [lo, hi) of the row they
+// were tested for, and the causal and window rules allow it.
+__device__ __forceinline__ bool visible_in_doc(int i, int j, DocSpan doc, bool causal, int window) {
+  return doc.lo <= min(i, j) && max(i, j) < doc.hi && (!causal || j <= i) && (window == 0 || j > i - window);
+}
+
+// apply_mask for a pack: each of the thread's two rows (row0 + g, row0 + g + 8) is tested
+// against its own document; used on every block of a pack (they all straddle boundaries).
+template <bool ROWS_ARE_QUERIES, int NT>
+__device__ __forceinline__ void apply_doc_mask(float (&acc)[NT][4], int row0, int col0, const DocSpan (&doc)[2],
+                                               bool causal, int window) {
+  int lane = threadIdx.x & 31;
+  int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      int r = row0 + g + (e >> 1) * 8;
+      int c = col0 + nt * 8 + 2 * t + (e & 1);
+      bool ok = ROWS_ARE_QUERIES ? visible_in_doc(r, c, doc[e >> 1], causal, window)
+                                 : visible_in_doc(c, r, doc[e >> 1], causal, window);
+      if (!ok) acc[nt][e] = -INFINITY;
+    }
+  }
+}
+
+// The segment of a tile, in two 16-byte loads.
+__device__ __forceinline__ Segment load_segment(const TileList& list, int seg) {
+  const int4 a = reinterpret_cast<const int4*>(list.segments + seg)[0];
+  const int4 b = reinterpret_cast<const int4*>(list.segments + seg)[1];
+  return {a.x, a.y, a.z, a.w, {unsigned(b.x), unsigned(b.y), unsigned(b.z), unsigned(b.w)}};
 }
 
 __device__ __forceinline__ bool visible(int i, int j, int len, bool causal, int window) {

@@ -8,9 +8,23 @@ namespace fptrain::attention::cuda {
 
 enum class DType { kBF16, kFP16 };
 
-// One (sequence, block) unit of work produced by the tile scheduler.
+// A run of the packed stream that the kernels tile as if it were one sequence: one document,
+// or (a spanning tile) several consecutive short documents of pack_max_len tokens in all.
+// Positions inside a segment are local to it; a query sees a key only inside its own document,
+// whose bounds come from cu_seqlens (masking.cuh, doc_span).
+struct Segment {
+  int start;      // first token
+  int len;        // tokens
+  int first_doc;  // index into cu_seqlens of its first document
+  int num_docs;   // > 1: a pack of short documents, masked at their boundaries
+  // A pack's document starts: bit r (word r / 32) is set where a document starts at local row
+  // r, so a row finds its document with a few bit operations (masking.cuh, pack_doc_span).
+  unsigned doc_starts[4];
+};
+
+// One (segment, block) unit of work produced by the tile scheduler.
 struct Tile {
-  int seq;    // index into cu_seqlens
+  int seg;    // index into the tile list's segments
   int block;  // query block (forward, dQ) or key block (dK/dV)
 };
 
@@ -27,13 +41,17 @@ struct VarlenShape {
   float scale = 1.0f;               // softmax scale
 };
 
-// Work list built on the device (no host sync): tiles ordered longest sequence first,
-// each sequence's blocks heaviest first, and a counter the persistent CTAs draw from.
+static_assert(sizeof(Segment) == 32, "two 16-byte loads");
+
+// Work list built on the device (no host sync): the stream cut into segments, tiles ordered
+// longest segment first, each segment's blocks heaviest first, and a counter the persistent
+// CTAs draw from.
 struct TileList {
-  Tile* tiles = nullptr;     // capacity: ceil(T / block) + B
-  int* num_tiles = nullptr;  // written by the scheduler kernel
-  int* next_item = nullptr;  // atomic work counter, reset by the scheduler kernel
-  int* scratch = nullptr;    // 2 * B ints for the scheduler
+  Tile* tiles = nullptr;        // capacity: ceil(T / block) + B
+  Segment* segments = nullptr;  // at most B
+  int* num_tiles = nullptr;     // written by the scheduler kernel
+  int* next_item = nullptr;     // atomic work counter, reset by the scheduler kernel
+  int* scratch = nullptr;       // tile_list_scratch_ints(B) ints for the scheduler
   int capacity = 0;
 };
 

@@ -1,14 +1,15 @@
 // Varlen tile scheduler.
 //
-// One small kernel (one CTA) turns cu_seqlens into the list of (sequence, block) tiles
-// without a host sync: sequences longest first (counting sort on their block count),
-// and within a sequence its blocks heaviest first (causal: the last query blocks, the
-// first key blocks). The attention kernels run a persistent grid whose CTAs draw
-// (tile, head) items from an atomic counter in that order: the long work starts first,
-// the many short sequences fill the tail, no CTA idles while work remains, a 1-token
-// sequence costs one small item rather than a whole grid row, and the CTAs running at
-// any moment work on the same few sequences, so their K/V (forward) or Q/dO and dQ
-// (backward) stay in L2.
+// One small kernel (one CTA) turns cu_seqlens into the list of (segment, block) tiles
+// without a host sync. First it cuts the stream into segments: runs of consecutive short
+// documents of at most pack_max_len tokens in all become one segment (a pack: one tile
+// serves them all, masked at their boundaries), longer documents stay alone. Then segments
+// longest first (counting sort on their block count), and within a segment its blocks
+// heaviest first (causal: the last query blocks, the first key blocks). The attention
+// kernels run a persistent grid whose CTAs draw (tile, head) items from an atomic counter in
+// that order: the long work starts first, the many short segments fill the tail, no CTA
+// idles while work remains, and the CTAs running at any moment work on the same few
+// documents, so their K/V (forward) or Q/dO and dQ (backward) stay in L2.
 #pragma once
 
 #include <cuda_runtime.h>

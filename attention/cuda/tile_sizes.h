@@ -1,6 +1,8 @@
 // Block sizes of each kernel, shared by host code (workspace sizes) and the kernels.
 #pragma once
 
+#include <cstdint>
+
 namespace fptrain::attention::cuda {
 
 // Forward: 2 warpgroups x 64 query rows (wgmma m64), key step 128.
@@ -16,13 +18,24 @@ constexpr int bwd_kv_stages(int d) { return d <= 64 ? 2 : 1; }
 // Atomic dQ: a sequence of at most this many tokens is a single key block of the dK/dV kernel,
 // so one CTA sees all its keys and writes its dQ directly (no fp32 buffer rows for it).
 constexpr int dq_direct_max_len(int d) { return bwd_block_n(d); }
+// Spanning tiles: consecutive documents of at most this many tokens in all form one segment,
+// so one tile serves them all (one block in every kernel; a pack's dQ is written directly).
+constexpr int pack_max_len = 128;
+constexpr bool pack_is_one_block(int d) {
+  return pack_max_len <= fwd_block_m(d) && pack_max_len <= fwd_block_n(d) && pack_max_len <= bwd_block_n(d) &&
+         pack_max_len <= dq_direct_max_len(d);
+}
+static_assert(pack_is_one_block(64) && pack_is_one_block(128), "a pack must be a single block of every kernel");
 // Deterministic dQ: 4 warps x 16 query rows; key step 64.
 constexpr int dq_block_m(int) { return 64; }
 constexpr int dq_block_n(int) { return 64; }
 
-// Capacity a tile list needs: sum over sequences of ceil(L / block) <= ceil(T / block) + B.
+// Capacity a tile list needs: sum over segments of ceil(L / block) <= ceil(T / block) + B.
 inline int tile_capacity(int total_tokens, int batch, int block) {
   return (total_tokens + block - 1) / block + batch;
 }
+// Scratch of the scheduler kernel: the sorted order and first tile of each segment (2B), and two
+// jump arrays and the reached flags of the packing pass (3(B+1)).
+inline int64_t tile_list_scratch_ints(int batch) { return 2 * int64_t(batch) + 3 * (int64_t(batch) + 1); }
 
 }  // namespace fptrain::attention::cuda

@@ -74,13 +74,15 @@ std::vector<int> mixed_pack() {
   return lens;
 }
 
-// Hkv 8 (grouped queries, as Llama-3 / Mistral) everywhere; the short-document mixes also
+// Hkv 8 (grouped queries, as Llama-3 / Mistral) everywhere; the short-document mixes (alpaca-like,
+// chat-turns: single turns of median 30 tokens, where one tile spans several documents) also
 // at Hkv 32 (one K/V head per query head, the layout BinFlash takes).
 std::vector<Workload> workloads() {
   return {
       {"flan-like", lognormal_pack(256, 1.1, 4096, 1234), {8}},
       {"orca-like", lognormal_pack(550, 0.4, 4096, 5678), {8}},
       {"alpaca-like", lognormal_pack(100, 0.7, 1024, 4321), {8, 32}},
+      {"chat-turns", lognormal_pack(30, 0.7, 512, 2468), {8, 32}},
       {"mixed", mixed_pack(), {8, 32}},
       {"fixed-2048", std::vector<int>(kTokens / 2048, 2048), {8}},
       {"fixed-8192", std::vector<int>(kTokens / 8192, 8192), {8}},

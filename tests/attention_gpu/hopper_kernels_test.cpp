@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -285,6 +286,64 @@ TEST(HopperKernels, ManyOneTokenSequences) {
   for (int i = 0; i < 3000; i += 97) lens[i] = 0;
   lens.push_back(1000);
   check_case(Case{at::kBFloat16, 128, 8, 2, true, 0, "3000x1-token+1000", lens}, false);
+}
+
+// Documents of 0-16 tokens: a spanning tile holds dozens of them (and empty ones), so nearly
+// every score is masked at a document boundary. Causal, full and windowed; GQA; D 64 and 128;
+// both backward modes.
+TEST(HopperKernels, TinyDocumentsShareSpanningTiles) {
+  if (!have_gpu()) GTEST_SKIP() << "needs an sm_90 GPU";
+  for (int d : {64, 128})
+    for (auto [causal, window] : std::vector<std::pair<bool, int>>{{true, 0}, {false, 0}, {true, 5}})
+      for (bool deterministic : {false, true}) {
+        std::vector<int> lens = random_lengths(300, 0, 16, fresh_seed());
+        lens.push_back(300);  // and one long document among them
+        std::rotate(lens.begin(), lens.begin() + 150, lens.end());
+        check_case(Case{at::kBFloat16, d, 8, 2, causal, window, "tiny", lens}, deterministic);
+      }
+}
+
+// The scheduler's segments are the packs a sequential greedy scan makes: from each pack's
+// first document, add documents while the pack holds at most 128 tokens; a longer document
+// stays alone. Checked on tiny, mixed and long documents, empty ones, and more documents than
+// the scheduler's shared memory holds (its global-memory path).
+TEST(HopperKernels, TileSchedulerPacksConsecutiveShortDocumentsGreedily) {
+  if (!have_gpu()) GTEST_SKIP() << "needs an sm_90 GPU";
+  std::vector<std::pair<std::string, std::vector<int>>> mixes = {
+      {"one", {5}},
+      {"one-long", {3000}},
+      {"tiny", random_lengths(500, 0, 16, fresh_seed())},
+      {"short", random_lengths(300, 1, 200, fresh_seed())},
+      {"alpaca-like", lognormal_lengths(300, 100, 1024, fresh_seed())},
+      {"edges", {128, 0, 0, 128, 1, 127, 0, 1, 129, 64, 64, 64, 0}},
+      {"20000 one-token", std::vector<int>(20000, 1)},
+  };
+  for (const auto& [name, lens] : mixes) {
+    SCOPED_TRACE(name);
+    std::vector<int> cu{0};
+    for (int l : lens) cu.push_back(cu.back() + l);
+    const int batch = int(lens.size());
+    // {start, length, first document, documents, document starts as 4 x 32 bits}
+    std::vector<std::array<uint32_t, 8>> expected;
+    for (int b = 0; b < batch;) {
+      int end = b + 1;
+      if (lens[b] <= 128)
+        while (end < batch && cu[end + 1] - cu[b] <= 128) ++end;
+      std::array<uint32_t, 8> e{uint32_t(cu[b]), uint32_t(cu[end] - cu[b]), uint32_t(b), uint32_t(end - b), 1, 0, 0, 0};
+      if (end - b > 1)
+        for (int d = b; d < end; ++d)
+          if (cu[d] - cu[b] < cu[end] - cu[b]) e[4 + (cu[d] - cu[b]) / 32] |= 1u << ((cu[d] - cu[b]) % 32);
+      expected.push_back(e);
+      b = end;
+    }
+    at::Tensor got = fa::cuda::tile_segments(make_cu_seqlens(lens), cu.back());
+    ASSERT_EQ(got.size(0), int64_t(expected.size()));
+    ASSERT_EQ(got.size(1), 8);
+    const auto rows = got.accessor<int, 2>();
+    for (size_t i = 0; i < expected.size(); ++i)
+      for (int f = 0; f < 8; ++f)
+        ASSERT_EQ(uint32_t(rows[i][f]), expected[i][f]) << "segment " << i << " field " << f;
+  }
 }
 
 // Forward at max_seqlen 32k: the float64 reference runs in query chunks (no L x L
