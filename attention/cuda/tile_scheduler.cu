@@ -75,9 +75,9 @@ __device__ int pack_end(const int* cu, int b, int batch) {
 // sequential scan from document 0 would form them (each pack as long as pack_max_len allows),
 // found in parallel: pack_end is a pointer from every document to where a pack starting there
 // would end; the pack starts are the documents reached from document 0, marked by pointer
-// doubling from the starts known at once (after round r, every start within 2^r packs of one). Writes the segment
-// table and their lengths to seg_len (shared memory when the documents fit there); returns
-// the count.
+// doubling from the starts known at once (after round r, every start within 2^r packs of
+// one). Writes the segment table and the lengths to seg_len (shared memory when the documents
+// fit there); returns the count.
 __device__ int build_segments(const VarlenShape& shape, TileList list, unsigned char* smem, int* scan_buf,
                               int* carry, int** seg_len_out) {
   const int batch = shape.batch, n = batch + 1;
