@@ -58,7 +58,7 @@ struct BwdTraits {
   // (K, V) per stage, Q[2], dO[2], dS^T[2], dQ staging x2, lse[2], dsum[2], barriers, plus
   // slack for 1024-byte alignment.
   static constexpr int kSmemBytes = kKvStages * 2 * KVTile::kBytes + 4 * QTile::kBytes + 2 * DsTile::kBytes +
-                                    2 * kDqBytes + 4 * kRowStatBytes + 192 + 1024;
+                                    2 * kDqBytes + 4 * kRowStatBytes + 64 + 2 * kItemSlotInts * 4 + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one CTA");
 };
 
@@ -71,8 +71,7 @@ struct BwdTensorMaps {
 // Shared memory of one CTA: (K, V) per K/V stage, Q[2], dO[2], dS^T[2] as slab tiles from a
 // 1024-byte aligned base, dQ staging (one set of fp32 slabs per consumer warpgroup), the row
 // statistics lse[2][BM] (base 2) and dsum[2][BM], then 8-byte mbarriers kv_full[2],
-// kv_empty[2], q_full[2], q_empty[2] and per K/V stage the decoded item {item, block,
-// segment start, length, documents, document starts[4]}.
+// kv_empty[2], q_full[2], q_empty[2] and per K/V stage the decoded item (publish_item).
 template <int D>
 struct BwdSmem {
   using Tr = BwdTraits<D>;
@@ -93,7 +92,7 @@ struct BwdSmem {
   }
   __device__ __forceinline__ uint32_t k(int s) const { return k0 + s * 2 * Tr::KVTile::kBytes; }
   __device__ __forceinline__ uint32_t v(int s) const { return k(s) + Tr::KVTile::kBytes; }
-  __device__ __forceinline__ volatile int* item_slot(int s) const { return item_slots + 16 * s; }
+  __device__ __forceinline__ volatile int* item_slot(int s) const { return item_slots + kItemSlotInts * s; }
   __device__ __forceinline__ uint32_t kv_full(int s) const { return bar + 8 * s; }
   __device__ __forceinline__ uint32_t kv_empty(int s) const { return bar + 16 + 8 * s; }
   __device__ __forceinline__ uint32_t q_full(int s) const { return bar + 32 + 8 * s; }
@@ -157,14 +156,7 @@ __device__ __forceinline__ void bwd_producer(const BwdParams& p, const BwdTensor
     }
     mbar_wait(sm.kv_empty(ks), kv_phase ^ 1);
     if (lane == 0) {
-      volatile int* slot = sm.item_slot(ks);
-      slot[0] = item;
-      slot[1] = tile.block;
-      slot[2] = start;
-      slot[3] = len;
-      slot[4] = seg.num_docs;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) slot[5 + i] = int(seg.doc_starts[i]);
+      publish_item(sm.item_slot(ks), item, tile.block, seg);
       mbar_arrive_expect_tx(sm.kv_full(ks), 2 * KVTile::kBytes);
 #pragma unroll
       for (int sl = 0; sl < SLABS; ++sl) {
@@ -391,11 +383,8 @@ __device__ __forceinline__ void bwd_consumer_step(float (&dk)[D / 8][4], float (
 
   // P^T = exp(scale S^T - lse[q]); hidden pairs were set to -inf.
   if (it.packed) {  // every key row tested against its own document
-    volatile int* slot = sm.item_slot(it.stage);
-    const unsigned w0 = slot[5], w1 = slot[6], w2 = slot[7], w3 = slot[8];
-    const int row = it.k0 + th.row0 + th.g;
-    const DocSpan doc[2] = {pack_doc_span(w0, w1, w2, w3, it.len, row),
-                            pack_doc_span(w0, w1, w2, w3, it.len, row + 8)};
+    DocSpan doc[2];
+    slot_doc_spans(sm.item_slot(it.stage), it.len, it.k0 + th.row0 + th.g, doc);
     apply_doc_mask<false>(st, it.k0 + th.row0, q0, doc, sh.causal, sh.window);
   } else if (block_needs_mask(q0, BM, it.k0, BN, it.len, sh.causal, sh.window))
     apply_mask<false>(st, it.k0 + th.row0, q0, it.len, sh.causal, sh.window);

@@ -35,7 +35,7 @@ struct FwdTraits {
   using QTile = SlabTile<kBlockM, D>;
   using KVTile = SlabTile<kBlockN, D>;
   static constexpr int kStages = 2;
-  static constexpr int kBarrierBytes = 192;  // 8 mbarriers + 2 decoded item slots of 16 ints
+  static constexpr int kBarrierBytes = 64 + 2 * kItemSlotInts * 4;  // 8 mbarriers + 2 item slots
   // Q[2], K[2], V[2], barriers, plus slack to align to the 1024-byte swizzle pattern.
   static constexpr int kSmemBytes = kStages * (QTile::kBytes + 2 * KVTile::kBytes) + kBarrierBytes + 1024;
   static constexpr int kConsumerWarps = 8;
@@ -48,8 +48,7 @@ struct FwdTensorMaps {
 
 // Shared memory of one CTA: Q[2], K[2], V[2] as slab tiles from a 1024-byte aligned base,
 // then 8-byte mbarriers q_full[2], q_empty[2], kv_full[2], kv_empty[2], then per Q stage the
-// item the producer decoded: {item, block, segment start, length, documents, document starts[4]},
-// so the consumers start without a chain of dependent global loads.
+// item the producer decoded (publish_item).
 template <int D>
 struct FwdSmem {
   using QTile = typename FwdTraits<D>::QTile;
@@ -68,7 +67,7 @@ struct FwdSmem {
   __device__ __forceinline__ uint32_t q_empty(int s) const { return bar + 16 + 8 * s; }
   __device__ __forceinline__ uint32_t kv_full(int s) const { return bar + 32 + 8 * s; }
   __device__ __forceinline__ uint32_t kv_empty(int s) const { return bar + 48 + 8 * s; }
-  __device__ __forceinline__ volatile int* item_slot(int s) const { return items + 16 * s; }
+  __device__ __forceinline__ volatile int* item_slot(int s) const { return items + kItemSlotInts * s; }
 };
 
 // Producer (one thread): draws items, publishes each in its Q stage's slot, loads Q once per
@@ -96,14 +95,7 @@ __device__ __forceinline__ void fwd_producer(const FwdParams& p, const FwdTensor
     const int h = w.head, hk = h / group;
     const Segment seg = load_segment(p.tiles, tile.seg);
     const int start = seg.start, len = seg.len;
-    volatile int* slot = sm.item_slot(qs);
-    slot[0] = item;
-    slot[1] = tile.block;
-    slot[2] = start;
-    slot[3] = len;
-    slot[4] = seg.num_docs;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) slot[5 + i] = int(seg.doc_starts[i]);
+    publish_item(sm.item_slot(qs), item, tile.block, seg);
     const BlockRange kr = key_blocks_for_query_block(tile.block, BM, BN, len, sh.causal, sh.window);
     mbar_arrive_expect_tx(sm.q_full(qs), QTile::kBytes);
 #pragma unroll
@@ -201,11 +193,8 @@ __device__ __forceinline__ int fwd_consumer_mainloop(FwdItemRegs<D>& r, const Fw
   // found from the document starts in the item slot.
   auto mask_first = [&](float (&s)[NT][4], int n) {
     if (it.packed) {
-      volatile int* slot = sm.item_slot(qs);
-      const unsigned w0 = slot[5], w1 = slot[6], w2 = slot[7], w3 = slot[8];
-      const int row = it.q0 + th.row0 + th.g;
-      const DocSpan doc[2] = {pack_doc_span(w0, w1, w2, w3, it.len, row),
-                              pack_doc_span(w0, w1, w2, w3, it.len, row + 8)};
+      DocSpan doc[2];
+      slot_doc_spans(sm.item_slot(qs), it.len, it.q0 + th.row0 + th.g, doc);
       apply_doc_mask<true>(s, it.q0 + th.row0, n * BN, doc, sh.causal, sh.window);
       mbar_arrive(sm.q_empty(qs));  // this thread's slot loads are done (see fwd_consumer)
     } else {

@@ -106,26 +106,6 @@ __device__ __forceinline__ bool visible_in_doc(int i, int j, DocSpan doc, bool c
   return doc.lo <= min(i, j) && max(i, j) < doc.hi && (!causal || j <= i) && (window == 0 || j > i - window);
 }
 
-// apply_mask for a pack: each of the thread's two rows (row0 + g, row0 + g + 8) is tested
-// against its own document; used on every block of a pack (they all straddle boundaries).
-template <bool ROWS_ARE_QUERIES, int NT>
-__device__ __forceinline__ void apply_doc_mask(float (&acc)[NT][4], int row0, int col0, const DocSpan (&doc)[2],
-                                               bool causal, int window) {
-  int lane = threadIdx.x & 31;
-  int g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      int r = row0 + g + (e >> 1) * 8;
-      int c = col0 + nt * 8 + 2 * t + (e & 1);
-      bool ok = ROWS_ARE_QUERIES ? visible_in_doc(r, c, doc[e >> 1], causal, window)
-                                 : visible_in_doc(c, r, doc[e >> 1], causal, window);
-      if (!ok) acc[nt][e] = -INFINITY;
-    }
-  }
-}
-
 // The segment of a tile, in two 16-byte loads.
 __device__ __forceinline__ Segment load_segment(const TileList& list, int seg) {
   const int4 a = reinterpret_cast<const int4*>(list.segments + seg)[0];
@@ -138,10 +118,10 @@ __device__ __forceinline__ bool visible(int i, int j, int len, bool causal, int 
 }
 
 // Masks a warp's accumulator tile acc[16 x 8*NT]: rows are `row0 + g (+8)`, columns
-// `col0 + 8*nt + 2t (+1)`. ROWS_ARE_QUERIES picks which axis holds queries.
-template <bool ROWS_ARE_QUERIES, int NT>
-__device__ __forceinline__ void apply_mask(float (&acc)[NT][4], int row0, int col0, int len, bool causal,
-                                           int window) {
+// `col0 + 8*nt + 2t (+1)`; ROWS_ARE_QUERIES picks which axis holds queries. An entry is hidden
+// (-inf) unless visible(r, query, key) holds, r (0 or 1) telling which of the thread's two rows.
+template <bool ROWS_ARE_QUERIES, int NT, typename Visible>
+__device__ __forceinline__ void mask_tile(float (&acc)[NT][4], int row0, int col0, Visible visible) {
   int lane = threadIdx.x & 31;
   int g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -150,10 +130,27 @@ __device__ __forceinline__ void apply_mask(float (&acc)[NT][4], int row0, int co
     for (int e = 0; e < 4; ++e) {
       int r = row0 + g + (e >> 1) * 8;
       int c = col0 + nt * 8 + 2 * t + (e & 1);
-      bool ok = ROWS_ARE_QUERIES ? visible(r, c, len, causal, window) : visible(c, r, len, causal, window);
+      bool ok = ROWS_ARE_QUERIES ? visible(e >> 1, r, c) : visible(e >> 1, c, r);
       if (!ok) acc[nt][e] = -INFINITY;
     }
   }
+}
+
+// The mask of one document of `len` tokens.
+template <bool ROWS_ARE_QUERIES, int NT>
+__device__ __forceinline__ void apply_mask(float (&acc)[NT][4], int row0, int col0, int len, bool causal,
+                                           int window) {
+  mask_tile<ROWS_ARE_QUERIES>(acc, row0, col0,
+                              [&](int, int i, int j) { return visible(i, j, len, causal, window); });
+}
+
+// The mask of a pack: each of the thread's two rows is tested against its own document; used
+// on the pack's one block (it straddles every boundary).
+template <bool ROWS_ARE_QUERIES, int NT>
+__device__ __forceinline__ void apply_doc_mask(float (&acc)[NT][4], int row0, int col0, const DocSpan (&doc)[2],
+                                               bool causal, int window) {
+  mask_tile<ROWS_ARE_QUERIES>(acc, row0, col0,
+                              [&](int r, int i, int j) { return visible_in_doc(i, j, doc[r], causal, window); });
 }
 
 }  // namespace fptrain::attention::cuda

@@ -14,6 +14,7 @@
 
 #include <cuda_runtime.h>
 
+#include "attention/cuda/masking.cuh"
 #include "attention/cuda/params.h"
 #include "attention/cuda/tile_sizes.h"
 
@@ -33,6 +34,26 @@ struct WorkItem {
 };
 __device__ __forceinline__ WorkItem decode_item(const TileList& list, int item, int heads) {
   return {list.tiles[item / heads], item % heads};
+}
+
+// The decoded item a producer hands its consumers through shared memory, so they start without
+// a chain of dependent global loads: {item, block, segment start, length, documents, the
+// pack's document starts[4]}, padded to 16 ints.
+constexpr int kItemSlotInts = 16;
+__device__ __forceinline__ void publish_item(volatile int* slot, int item, int block, const Segment& seg) {
+  slot[0] = item;
+  slot[1] = block;
+  slot[2] = seg.start;
+  slot[3] = seg.len;
+  slot[4] = seg.num_docs;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) slot[5 + i] = int(seg.doc_starts[i]);
+}
+// The documents of rows `row` and `row + 8` of the pack published in `slot` (len tokens).
+__device__ __forceinline__ void slot_doc_spans(const volatile int* slot, int len, int row, DocSpan (&doc)[2]) {
+  const unsigned w0 = slot[5], w1 = slot[6], w2 = slot[7], w3 = slot[8];
+  doc[0] = pack_doc_span(w0, w1, w2, w3, len, row);
+  doc[1] = pack_doc_span(w0, w1, w2, w3, len, row + 8);
 }
 
 // Claims the next work item for the whole CTA (thread 0 draws, the block shares it).
