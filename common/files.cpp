@@ -40,7 +40,20 @@ fs::path without_trailing_slash(const fs::path& path) {
   return p;
 }
 
+void refuse_catastrophic_removal(const fs::path& path) {
+  std::error_code ec;
+  const fs::path abs = fs::absolute(path, ec).lexically_normal();
+  int named = 0;
+  for (const auto& part : abs) named += !part.empty() && part != abs.root_path() && part != "/";
+  const bool checkout = fs::exists(abs / ".git", ec);
+  if (named < 2 || checkout)
+    throw std::logic_error(path.string() + ": refusing to delete " +
+                           (checkout ? std::string("a source checkout") : std::string("a top-level folder")) +
+                           " (a wrong path reached a deletion)");
+}
+
 void remove_tree(const fs::path& path) {
+  refuse_catastrophic_removal(path);
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) return;  // nothing there
   if (!S_ISDIR(st.st_mode)) {
@@ -122,6 +135,7 @@ void write_file_atomically(const fs::path& path, std::string_view bytes) {
 
 void replace_folder(const fs::path& staged, const fs::path& target_in) {
   const fs::path target = without_trailing_slash(target_in);
+  refuse_catastrophic_removal(target);  // its previous content is deleted
   struct stat st {};
   if (::lstat(target.c_str(), &st) != 0) {
     if (::rename(staged.c_str(), target.c_str()) != 0) {

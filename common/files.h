@@ -19,7 +19,13 @@ std::string errno_text();
 // purpose: in programs linked with LibTorch the symbol can resolve into
 // libtorch.so's own copy of libstdc++'s filesystem code, which crashes on
 // nested directories.
+// It refuses (std::logic_error) what no caller of ours means to delete and a
+// wrong path would: "/" and folders directly under it, and a folder holding a
+// ".git" (a source checkout) — on 2026-11-25 a test run removed all of /work.
 void remove_tree(const std::filesystem::path& path);
+
+// Throws std::logic_error when `path` is one remove_tree refuses to delete.
+void refuse_catastrophic_removal(const std::filesystem::path& path);
 
 // Removes a directory so that it never exists half-deleted under its own name:
 // it is first renamed to a hidden sibling ".<name>.deleting.<pid>", then
@@ -47,6 +53,7 @@ void write_all(int fd, const void* data, size_t size, const std::string& what);
 // held, so that `target` always names either the old or the complete new
 // folder: renameat2(RENAME_EXCHANGE) where the filesystem has it, else the old
 // folder is moved aside first and removed once the new one is in place.
+// It refuses a `target` that remove_tree would refuse to delete.
 void replace_folder(const std::filesystem::path& staged, const std::filesystem::path& target);
 
 // A path with a trailing slash normalised away ("out/" names "out").
