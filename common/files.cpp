@@ -8,7 +8,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 namespace fptrain::common {
 namespace fs = std::filesystem;
@@ -34,19 +37,41 @@ void sync_folder(const fs::path& dir) {
 
 std::string errno_text() { return std::strerror(errno); }
 
+// String operations only (as refuse_catastrophic_removal): the result names
+// what deletions and replacements act on.
 fs::path without_trailing_slash(const fs::path& path) {
-  fs::path p = path.lexically_normal();
-  if (p.filename().empty() && p.has_parent_path()) p = p.parent_path();
-  return p;
+  std::string text = path.string();
+  while (text.size() > 1 && text.back() == '/') text.pop_back();
+  return fs::path(text);
 }
 
+// Plain strings and POSIX calls only: in programs linked with LibTorch some
+// std::filesystem operations resolve into libtorch.so's copy and misbehave
+// (see remove_tree).
 void refuse_catastrophic_removal(const fs::path& path) {
-  std::error_code ec;
-  const fs::path abs = fs::absolute(path, ec).lexically_normal();
-  int named = 0;
-  for (const auto& part : abs) named += !part.empty() && part != abs.root_path() && part != "/";
-  const bool checkout = fs::exists(abs / ".git", ec);
-  if (named < 2 || checkout)
+  std::string text = path.string();
+  if (text.empty() || text[0] != '/') {
+    char cwd[4096];
+    if (::getcwd(cwd, sizeof cwd) == nullptr) return;  // cannot tell: the lstat below decides nothing more
+    text = std::string(cwd) + "/" + text;
+  }
+  std::vector<std::string> parts;  // the path's components with "." and ".." resolved lexically
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t end = std::min(text.find('/', start), text.size());
+    const std::string part = text.substr(start, end - start);
+    if (part == "..") {
+      if (!parts.empty()) parts.pop_back();
+    } else if (!part.empty() && part != ".") {
+      parts.push_back(part);
+    }
+    start = end + 1;
+  }
+  std::string normal;
+  for (const auto& part : parts) normal += "/" + part;
+  struct stat st {};
+  const bool checkout = ::lstat((normal + "/.git").c_str(), &st) == 0;
+  if (parts.size() < 2 || checkout)
     throw std::logic_error(path.string() + ": refusing to delete " +
                            (checkout ? std::string("a source checkout") : std::string("a top-level folder")) +
                            " (a wrong path reached a deletion)");
@@ -67,6 +92,7 @@ void remove_tree(const fs::path& path) {
 
 void remove_tree_atomically(const fs::path& dir) {
   const fs::path target = without_trailing_slash(dir);
+  refuse_catastrophic_removal(target);  // before it is moved aside
   struct stat st {};
   if (::lstat(target.c_str(), &st) != 0) return;
   const fs::path doomed = target.parent_path() / hidden_sibling(target, "deleting");

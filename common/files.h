@@ -24,7 +24,8 @@ std::string errno_text();
 // ".git" (a source checkout) — on 2026-11-25 a test run removed all of /work.
 void remove_tree(const std::filesystem::path& path);
 
-// Throws std::logic_error when `path` is one remove_tree refuses to delete.
+// Throws std::logic_error when `path` is one remove_tree refuses to delete
+// (remove_tree_atomically and replace_folder check their targets too).
 void refuse_catastrophic_removal(const std::filesystem::path& path);
 
 // Removes a directory so that it never exists half-deleted under its own name:

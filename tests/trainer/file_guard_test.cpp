@@ -26,6 +26,9 @@ TEST(FileGuard, TopLevelFoldersAreRefused) {
   for (const char* p : {"/", "/work", "/work/", "/tmp/../work", "/tmp"})
     EXPECT_THROW(remove_tree(p), std::logic_error) << p;
   EXPECT_THROW(replace_folder(scratch("staged"), "/work"), std::logic_error);
+  // Checked before anything is moved (a missing path is refused all the same).
+  EXPECT_THROW(remove_tree_atomically("/fptrain_no_such_folder"), std::logic_error);
+  EXPECT_THROW(remove_tree_atomically("/fptrain_no_such_folder/"), std::logic_error);
 }
 
 TEST(FileGuard, ASourceCheckoutIsRefusedAndOrdinaryFoldersGo) {
