@@ -22,18 +22,20 @@ inline std::string_view as_text(const uint8_t* data, size_t size) {
   return {reinterpret_cast<const char*>(data), size};
 }
 
-// A folder of this process under $TMPDIR (else /tmp), removed at exit.
+// A folder of this process under $TMPDIR (else /tmp), removed at exit. The
+// path is never destroyed: the exit handler that removes the folder runs after
+// function-local statics registered later are gone.
 inline const std::filesystem::path& scratch_dir() {
-  static const std::filesystem::path dir = [] {
+  static const std::filesystem::path* const dir = [] {
     const char* tmp = std::getenv("TMPDIR");
-    std::filesystem::path d = std::filesystem::path(tmp && *tmp ? tmp : "/tmp") /
-                              ("fptrain-fuzz-" + std::to_string(::getpid()));
-    common::remove_tree(d);
-    std::filesystem::create_directories(d);
+    auto* d = new std::filesystem::path(std::filesystem::path(tmp && *tmp ? tmp : "/tmp") /
+                                        ("fptrain-fuzz-" + std::to_string(::getpid())));
+    common::remove_tree(*d);
+    std::filesystem::create_directories(*d);
     std::atexit([] { common::remove_tree(scratch_dir()); });
     return d;
   }();
-  return dir;
+  return *dir;
 }
 
 // Writes `bytes` to `path`, or removes the file when `bytes` is absent.
