@@ -52,7 +52,7 @@ void refuse_catastrophic_removal(const fs::path& path) {
   std::string text = path.string();
   if (text.empty() || text[0] != '/') {
     char cwd[4096];
-    if (::getcwd(cwd, sizeof cwd) == nullptr) return;  // cannot tell: the lstat below decides nothing more
+    if (::getcwd(cwd, sizeof cwd) == nullptr) return;  // no working directory to resolve against: not judged
     text = std::string(cwd) + "/" + text;
   }
   std::vector<std::string> parts;  // the path's components with "." and ".." resolved lexically
@@ -73,7 +73,7 @@ void refuse_catastrophic_removal(const fs::path& path) {
   const bool checkout = ::lstat((normal + "/.git").c_str(), &st) == 0;
   if (parts.size() < 2 || checkout)
     throw std::logic_error(path.string() + ": refusing to delete " +
-                           (checkout ? std::string("a source checkout") : std::string("a top-level folder")) +
+                           std::string(checkout ? "a source checkout" : "a top-level folder") +
                            " (a wrong path reached a deletion)");
 }
 
