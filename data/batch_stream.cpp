@@ -134,15 +134,9 @@ void BatchStream::account(const ProcessedExample& ex) {
 }
 
 void BatchStream::check_zero_supervised(bool end_of_epoch) const {
-  const int64_t zero = stats_.skipped[static_cast<int>(SkipReason::kZeroSupervised)];
-  if (stats_.seen == 0 || (!end_of_epoch && stats_.seen < 1000)) return;
-  if (static_cast<double>(zero) <= options_.max_zero_supervised_fraction * static_cast<double>(stats_.seen)) return;
-  std::string first;
-  for (const auto& w : stats_.first_skipped[static_cast<int>(SkipReason::kZeroSupervised)]) first += " " + w;
-  throw std::runtime_error("data: " + std::to_string(zero) + " of " + std::to_string(stats_.seen) +
-                           " examples have no supervised token, more than max_zero_supervised_fraction = " +
-                           std::to_string(options_.max_zero_supervised_fraction) + " (first:" + first +
-                           "); check the loss mask, max_length and the data");
+  // Mid-epoch, only once enough examples were seen for the fraction to mean something.
+  if (!end_of_epoch && stats_.seen < 1000) return;
+  data::check_zero_supervised(stats_, options_.max_zero_supervised_fraction, !end_of_epoch);
 }
 
 BatchStream::MicroBatchPlan BatchStream::make_plan(std::vector<std::shared_ptr<const ProcessedExample>> exs) const {

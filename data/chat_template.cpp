@@ -38,6 +38,16 @@ bool is_blank(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; });
 }
 
+// Whether the tokenizer writes a space as the word-boundary marker "\u2581"
+// that begins the next word (SentencePiece's dummy prefix and whitespace
+// escaping; tokenizers' Metaspace): then "a b" and "a\u2581b" are one token
+// sequence, and "ab" another. Byte-level BPE spells the marker U+2581 as its
+// three bytes, so it fails the first test.
+bool space_starts_word(const tokenizer::Tokenizer& tok) {
+  const auto spaced = tok.encode("a b", false);
+  return spaced == tok.encode("a\xE2\x96\x81" "b", false) && spaced != tok.encode("ab", false);
+}
+
 // The message as the template sees it: what the line gave (keys with a null
 // value dropped, as transformers does), or role + content for messages the
 // parser built (Alpaca, ShareGPT).
@@ -189,6 +199,7 @@ ChatTemplate::ChatTemplate(std::map<std::string, std::string> sources, std::stri
     special_tokens_.erase(std::remove(special_tokens_.begin(), special_tokens_.end(), std::string()),
                           special_tokens_.end());
     for (const auto& st : special_tokens_) starts_special_[static_cast<unsigned char>(st[0])] = true;
+    space_starts_word_ = space_starts_word(*tokenizer);
   }
 }
 
@@ -293,6 +304,10 @@ std::vector<TextPiece> ChatTemplate::render(const RawExample& ex, bool supervise
       }
       size_t e = b;
       while (e < text.size() && out.tags[e] == tag) supervised[e++] = 1;
+      // The template's spaces right before the reply, when the tokenizer
+      // spells them as the reply's first word marker: the model must emit it.
+      for (size_t s = b; space_starts_word_ && s > 0 && text[s - 1] == ' ' && out.tags[s - 1] < 0; --s)
+        supervised[s - 1] = 1;
       size_t stretch = e;  // the template's own text that follows
       while (stretch < text.size() && out.tags[stretch] < 0) ++stretch;
       const std::string_view after(text.data() + e, stretch - e);

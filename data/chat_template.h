@@ -116,6 +116,9 @@ class ChatTemplate {
   nlohmann::ordered_json special_tokens_map_;  // bos_token, eos_token, ... as template variables
   std::vector<std::string> special_tokens_;     // longest first, for cutting pieces
   bool starts_special_[256] = {};               // first bytes of special tokens
+  // The tokenizer spells a space as the "\u2581" that starts the next word
+  // (SentencePiece, Metaspace): a space before a reply is the reply's.
+  bool space_starts_word_ = false;
   std::optional<std::tm> date_;                 // FPTRAIN_CHAT_TEMPLATE_DATE, when set
 };
 

@@ -1,5 +1,9 @@
 #include "data/data_stats.h"
 
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+
 namespace fptrain::data {
 
 int64_t DataStats::skipped_total() const {
@@ -55,6 +59,27 @@ std::string describe_stats(const DataStats& s) {
     if (!s.first_skipped[k].empty()) out += " (first at " + s.first_skipped[k].front() + ")";
   }
   return out;
+}
+
+void check_zero_supervised(const DataStats& s, double max_fraction, bool so_far) {
+  const int64_t zero = s.skipped[static_cast<int>(SkipReason::kZeroSupervised)];
+  if (s.seen == 0 || static_cast<double>(zero) <= max_fraction * static_cast<double>(s.seen)) return;
+  std::string lines;
+  for (const auto& w : s.first_skipped[static_cast<int>(SkipReason::kZeroSupervised)])
+    lines += (lines.empty() ? "" : ", ") + w;
+  if (zero > static_cast<int64_t>(DataStats::kFirstLinesKept)) lines += ", ...";
+  // The smallest fraction (2 decimals, rounded up) that would let this data through.
+  const double needed = std::ceil(100.0 * static_cast<double>(zero) / static_cast<double>(s.seen)) / 100.0;
+  char fraction[32];
+  std::snprintf(fraction, sizeof fraction, "%g", max_fraction);
+  char enough[32];
+  std::snprintf(enough, sizeof enough, "%.2f", needed);
+  throw std::runtime_error("data: " + std::to_string(zero) + " of " + std::to_string(s.seen) + " examples" +
+                           (so_far ? " read so far" : "") + " have no supervised token (" + lines +
+                           "), more than data.max_zero_supervised_fraction = " + fraction +
+                           "; check the loss mask (data.loss_mask), max_length and those lines, or set "
+                           "data.max_zero_supervised_fraction: " + enough +
+                           " to skip them and train on the rest");
 }
 
 }  // namespace fptrain::data

@@ -39,4 +39,9 @@ struct DataStats {
 // One line for messages: "12 examples seen: 0 used, ..., 12 skipped (malformed_json: 12, first: a.jsonl:1 ...)".
 std::string describe_stats(const DataStats& stats);
 
+// Throws when more than `max_fraction` of the examples seen have no supervised
+// token, naming the first such lines and the key that lets a run go on
+// (data.max_zero_supervised_fraction). `so_far`: a check during the epoch.
+void check_zero_supervised(const DataStats& stats, double max_fraction, bool so_far);
+
 }  // namespace fptrain::data

@@ -157,11 +157,7 @@ int64_t count_steps(const DataOptions& options, std::shared_ptr<const tokenizer:
       }
     }
   }
-  const int64_t zero = stats.skipped[static_cast<int>(SkipReason::kZeroSupervised)];
-  if (static_cast<double>(zero) > options.max_zero_supervised_fraction * static_cast<double>(stats.seen))
-    throw std::runtime_error("data: " + std::to_string(zero) + " of " + std::to_string(stats.seen) +
-                             " examples have no supervised token, more than max_zero_supervised_fraction = " +
-                             std::to_string(options.max_zero_supervised_fraction));
+  check_zero_supervised(stats, options.max_zero_supervised_fraction, /*so_far=*/false);
 
   std::vector<double> weights;
   for (const auto& f : options.files) weights.push_back(f.weight);

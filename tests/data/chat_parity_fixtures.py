@@ -31,7 +31,14 @@ conversation again with that content replaced by a unique marker (the text
 before and after the marker must frame the content in the real rendering);
 the supervised text is each assistant content as placed, plus the blank text
 and first special token that follow it (its end of turn) when no other
-message's content comes first.
+message's content comes first, plus the template's spaces right before it when
+the tokenizer spells a space as the next word's "\u2581" (SentencePiece).
+
+For mistral-common's v1/v2/v3/v7 SentencePiece and v3/v7 Tekken templates the
+goldens also hold transformers' own assistant mask (return_assistant_tokens_mask)
+from a copy of the template with {% generation %} blocks around what it renders
+for a reply (the space before it, the content, the eos), where that copy renders
+the same text: fptrain's provenance mask must equal it token for token.
 
 strftime_now is fixed to DATE (fptrain: FPTRAIN_CHAT_TEMPLATE_DATE).
 """
@@ -128,6 +135,8 @@ DOCUMENT_CONVERSATIONS = ("simple", "system", "unicode", "tools")
 # ---- templates ---------------------------------------------------------------
 
 BL, SP = "bl", "sp"  # the byte-level BPE and SentencePiece base tokenizers
+# Mistral's own SentencePiece models that mistral-common ships (v1: [INST] as text; v3: control tokens).
+REAL_MODELS = {"real_v1": "tokenizer.model.v1", "real_v3": "mistral_instruct_tokenizer_240323.model.v3"}
 MISTRAL_CONTROL = re.compile(r"\[/?[A-Z][A-Z_]*\]")
 
 
@@ -136,9 +145,44 @@ def _shipped(name):
         return f.read()
 
 
-def _spec(name, source, bases, specials=(), bos=None, eos=None, plain=(), named=None, origin=""):
+def _spec(name, source, bases, specials=(), bos=None, eos=None, plain=(), named=None, origin="", reference=None):
     return {"name": name, "source": source, "bases": bases, "specials": list(specials), "bos": bos, "eos": eos,
-            "plain": list(plain), "named": named, "origin": origin}
+            "plain": list(plain), "named": named, "origin": origin, "reference": reference}
+
+
+def _generation(statement):
+    return "{%- generation %}" + statement + "{%- endgeneration %}"
+
+
+def with_reply_blocks(source):
+    """mistral-common's template with {% generation %} around what it renders for a reply: the
+    assistant branch up to and including the eos (one block, so that its end is the eos and not a
+    character the tokenizer splits into byte tokens), and in v1 the space after [/INST] that the
+    user branch writes. None when the template does not have the expected shape. The block also
+    holds tool calls, which the provenance rule does not train: compare conversations without them."""
+    branch = "{%- elif message['role'] == 'assistant' %}"
+    if source.count(branch) != 1:
+        return None
+    begin = source.index(branch) + len(branch)
+    m = re.compile(r"\{\{- eos_token ?\}\}").search(source, begin)
+    if not m:
+        return None
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+    content_branch = "{%- if message['content'] %}"  # v2 writes the eos inside it
+    starts = [begin] + ([source.index(content_branch, begin) + len(content_branch)]
+                        if content_branch in source[begin:m.start()] else [])
+    for start in starts:
+        head, region, tail = source[:start], source[start:m.end()], source[m.end():]
+        v1_space = '{{- " " }}'
+        if head.count(v1_space) == 1:  # v1 writes the space after [/INST] in the user branch
+            head = head.replace(v1_space, _generation(v1_space))
+        wrapped = head + _generation(region) + tail
+        try:
+            _compile_jinja_template(wrapped)  # the block nests (the eos is not inside an if it opens)
+            return wrapped
+        except Exception:
+            continue
+    return None
 
 
 def mistral_common_specs():
@@ -166,8 +210,11 @@ def mistral_common_specs():
         # v1 SentencePiece tokenizers spell [INST] as text; later ones have control tokens.
         specials = [] if version == V.v1 else sorted(set(MISTRAL_CONTROL.findall(source)))
         flavour = "spm" if spm else "tekken"
-        out.append(_spec(f"mc_{version.value}_{flavour}", source, [SP] if spm else [BL], specials, "<s>", "</s>",
-                         origin=f"mistral-common {mistral_common.__version__}: {version.value} {flavour}"))
+        plain_replies = not (thinking or plain_thinking or effort)
+        bases = [BL] if not spm else [SP] + [b for b in REAL_MODELS if b == "real_" + version.value]
+        out.append(_spec(f"mc_{version.value}_{flavour}", source, bases, specials, "<s>", "</s>",
+                         origin=f"mistral-common {mistral_common.__version__}: {version.value} {flavour}",
+                         reference=with_reply_blocks(source) if plain_replies else None))
     return out, mistral_common.__version__
 
 
@@ -372,10 +419,35 @@ def placed_content(render, messages, i, text):
     return at, len(text) - len(after)
 
 
-def expected_supervision(render, messages, text, special_tokens):
+def space_starts_word(tok):
+    """Whether the tokenizer writes a space as the "\u2581" that begins the next word: a Metaspace
+    pre-tokenizer, or a normalizer replacing " " with it (SentencePiece models as transformers converts them)."""
+    def nodes(node):
+        if isinstance(node, dict):
+            yield node
+            for v in node.values():
+                yield from nodes(v)
+        elif isinstance(node, list):
+            for v in node:
+                yield from nodes(v)
+    model = json.loads(tok.backend_tokenizer.to_str())
+    for part in ("normalizer", "pre_tokenizer"):
+        for n in nodes(model.get(part)):
+            if n.get("type") == "Metaspace":
+                return True
+            if n.get("type") == "Replace" and n.get("pattern") == {"String": " "} and n.get("content") == "\u2581":
+                return True
+    return False
+
+
+def expected_supervision(render, messages, text, special_tokens, spaces_lead_words):
     """Character ranges the provenance rule must supervise (loss_mask: assistant), or None."""
     spans = [placed_content(render, messages, i, text) for i in range(len(messages))]
     starts = sorted(s[0] for s in spans if s and s[1] > s[0])
+    placed = [s for s in spans if s and s[1] > s[0]]
+
+    def in_a_message(c):
+        return any(a <= c < b for a, b in placed)
     out = []
     for i, m in enumerate(messages):
         if m["role"] != "assistant":
@@ -394,6 +466,8 @@ def expected_supervision(render, messages, text, special_tokens):
                 best = (at, tok)
         if best and text[e:best[0]].strip(" \t\r\n") == "":
             end = best[0] + len(best[1])
+        while spaces_lead_words and b > 0 and text[b - 1] == " " and not in_a_message(b - 1):
+            b -= 1
         out.append([b, end])
     return out
 
@@ -437,12 +511,39 @@ def golden_case(tok, spec, name, line, generation, special_tokens):
     to_bytes = byte_offsets(text)
     case["token_bytes"] = [[to_bytes[a], to_bytes[b]] for a, b in plain["offset_mapping"]]
     if not generation:
-        spans = expected_supervision(render, messages, text, special_tokens)
+        spans = expected_supervision(render, messages, text, special_tokens, space_starts_word(tok))
         case["supervised_bytes"] = None if spans is None else [[to_bytes[a], to_bytes[b]] for a, b in spans]
+        tool_calls = any(m.get("tool_calls") for m in messages)
+        if spec["reference"] and not tool_calls and tok.apply_chat_template(messages, tokenize=False, chat_template=spec["reference"],
+                                                         **kwargs) == text:
+            ref = tok.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True,
+                                          chat_template=spec["reference"], **kwargs)
+            assert list(ref["input_ids"]) == case["input_ids"], (spec["name"], name)
+            case["reference_mask"] = list(ref["assistant_masks"])
     return case
 
 
-def write_suite(out, spec, base, base_dirs, sp_model):
+def real_mistral_bases(out):
+    """{base: (folder, tokenizer.model)} of Mistral's real models as transformers reads them (a
+    tokenizer.model and a LlamaTokenizer config); {} without mistral-common."""
+    try:
+        import mistral_common
+    except ImportError:
+        return {}
+    bases = {}
+    for base, name in REAL_MODELS.items():
+        model = os.path.join(os.path.dirname(mistral_common.__file__), "data", name)
+        folder = os.path.join(out, "chat_parity", "base_" + base)
+        os.makedirs(folder, exist_ok=True)
+        shutil.copy(model, os.path.join(folder, "tokenizer.model"))
+        with open(os.path.join(folder, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+            json.dump({"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>",
+                       "unk_token": "<unk>"}, f)
+        bases[base] = (folder, model)
+    return bases
+
+
+def write_suite(out, spec, base, base_dirs, sp_models):
     suite_name = spec["name"] + "_" + base
     tok_dir = os.path.join(out, "chat_parity", "tok_" + suite_name)
     tok = make_tokenizer(base_dirs[base], tok_dir, spec)
@@ -454,7 +555,8 @@ def write_suite(out, spec, base, base_dirs, sp_model):
             f.write(json.dumps(line, ensure_ascii=False) + "\n")
     cases = [golden_case(tok, spec, name, line, has_generation(spec, line), special_tokens) for name, line in lines]
     dirs = ["chat_parity/tok_" + suite_name]
-    if base == SP:
+    if base in sp_models:
+        sp_model = sp_models[base]
         # The same tokenizer as tokenizer.model + config, if transformers reads it as the same tokenizer.
         from transformers import AutoTokenizer
         spm_dir = os.path.join(out, "chat_parity", "spm_" + suite_name)
@@ -475,12 +577,14 @@ def write_chat_parity(out):
     """Writes <out>/chat_parity/ (tokenizers, JSONL files) and chat_parity_golden.json."""
     fix_clock()
     base_dirs = {BL: os.path.join(out, "tok_llama3"), SP: os.path.join(out, "tok_mistral")}
-    sp_model = os.path.join(out, "sp.model")
+    sp_models = {SP: os.path.join(out, "sp.model")}
     shutil.rmtree(os.path.join(out, "chat_parity"), ignore_errors=True)
     os.makedirs(os.path.join(out, "chat_parity"))
+    for base, (folder, model) in real_mistral_bases(out).items():
+        base_dirs[base], sp_models[base] = folder, model
     mc_specs, mc_version = mistral_common_specs()
     specs = mc_specs + family_specs() + shipped_specs() + [named_templates_spec()]
-    suites = [write_suite(out, spec, base, base_dirs, sp_model) for spec in specs for base in spec["bases"]]
+    suites = [write_suite(out, spec, base, base_dirs, sp_models) for spec in specs for base in spec["bases"]]
     golden = {"date": DATE, "mistral_common": mc_version, "suites": suites}
     with open(os.path.join(out, "chat_parity_golden.json"), "w", encoding="utf-8") as f:
         json.dump(golden, f, ensure_ascii=False)

@@ -16,8 +16,11 @@
 //   - without, the supervised characters are what data/chat_template.h's
 //     provenance rule promises, located independently by the fixture script
 //     (each assistant content as the template placed it, plus its end-of-turn
-//     special token), and every token wholly inside / outside them is
-//     supervised / not.
+//     special token, and the spaces before it where the tokenizer spells a
+//     space as the next word's marker), and every token wholly inside /
+//     outside them is supervised / not; for mistral-common's templates the
+//     labels also equal transformers' assistant mask on a copy of the template
+//     with {% generation %} around what it renders for a reply.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -29,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "data/example_encoder.h"
 #include "data/example_parser.h"
 #include "data/example_source.h"
 #include "data/jsonl_file.h"
@@ -55,7 +59,7 @@ const json& golden() {
 
 // What a run compared, for the coverage checks.
 struct Tally {
-  int suites = 0, runs = 0, cases = 0, rejected = 0, masks = 0, provenance = 0;
+  int suites = 0, runs = 0, cases = 0, rejected = 0, masks = 0, provenance = 0, references = 0;
   int misplaced_cases = 0, misplaced_tokens = 0;  // blocks transformers misplaces, tokens whose mask differs
 };
 
@@ -221,6 +225,20 @@ void check_run(const json& suite, const std::string& tok_dir, ChatTemplateKind k
         break;
       }
     }
+    if (c.contains("reference_mask")) {
+      // transformers' mask with the reply inside {% generation %}: equal token for token.
+      ++tally.references;
+      const json& mask = c["reference_mask"];
+      for (size_t t = 1; t < ex.labels.size(); ++t) {
+        const bool ours = ex.labels[t] != kIgnoreLabel;
+        if (ours == (mask[t].get<int>() != 0)) continue;
+        const size_t a = token_bytes[t][0], b = token_bytes[t][1];
+        report.fail(where, "token " + std::to_string(t) + " " + escaped(text.substr(a, b - a)) + " is " +
+                               (ours ? "" : "not ") + "supervised, transformers' mask with the reply as a "
+                               "generation block says " + (ours ? "0" : "1") + "\n  text " + escaped(text));
+        break;
+      }
+    }
   }
 }
 
@@ -242,8 +260,9 @@ Tally check_suites(const std::function<bool(const json&)>& pick, bool named) {
     }
   }
   std::printf("compared %d cases (%d suites, %d runs): %d refused (bad lines), %d assistant masks, %d provenance "
-              "masks; %d masks with blocks transformers misplaces (macros), where %d tokens differ\n",
-              tally.cases, tally.suites, tally.runs, tally.rejected, tally.masks, tally.provenance,
+              "masks (%d also against a generation-block copy); %d masks with blocks transformers misplaces "
+              "(macros), where %d tokens differ\n",
+              tally.cases, tally.suites, tally.runs, tally.rejected, tally.masks, tally.provenance, tally.references,
               tally.misplaced_cases, tally.misplaced_tokens);
   return tally;
 }
@@ -256,11 +275,13 @@ TEST(ChatParity, MistralCommonTemplates) {
   if (golden()["mistral_common"].is_null())
     GTEST_SKIP() << "mistral-common is not installed (scripts/requirements.txt): no Mistral templates to compare";
   const Tally t = check_suites([](const json& s) { return starts_with(s, "mc_"); }, false);
-  // v1, v2, v3 and v7 SentencePiece, v3, v7, v11, v13 and v15 Tekken.
-  EXPECT_EQ(t.suites, 9);
+  // v1, v2, v3 and v7 SentencePiece, v3, v7, v11, v13 and v15 Tekken; v1 and v3 also with
+  // Mistral's own tokenizer.model files.
+  EXPECT_EQ(t.suites, 11);
   EXPECT_GE(t.cases, 380);
   EXPECT_GE(t.rejected, 50);
   EXPECT_GE(t.provenance, 300);
+  EXPECT_GE(t.references, 200);  // v1, v2, v3, v7 SentencePiece and v3, v7 Tekken
 }
 
 TEST(ChatParity, FamilyTemplates) {
@@ -328,6 +349,30 @@ TEST(ChatParity, MistralIssueExamples) {
         "<s>[INST] Capital of France?[/INST] Paris</s>[INST] Of Italy?[/INST] Rome</s>[INST] Of Spain?[/INST] "
         "Madrid</s>[INST] Answer in one word.\n\nThanks[/INST]");
   check("mc_v1_spm_sp", "system", "<s> [INST] You are a pirate.\n\nHi [/INST] Arr!</s> [INST] Bye [/INST]");
+}
+
+TEST(ChatParity, AMistralReplyTrainsItsWordMarker) {
+  // Mistral's v3 tokenizer.model spells the space the template writes after [/INST] as the
+  // reply's first "\u2581"; before CJK text it is a token of its own, which the model must learn
+  // to emit (mistral-common encodes a reply as SentencePiece(content) + eos): supervised, as
+  // in transformers' mask with the reply as a generation block (MistralCommonTemplates).
+  if (golden()["mistral_common"].is_null()) GTEST_SKIP() << "mistral-common is not installed";
+  const auto dir = fixture("chat_parity/tok_mc_v3_spm_real_v3");
+  const auto tok = tokenizer::load_tokenizer(dir);
+  ExampleEncoder encoder(tok.get(), ChatTemplate::resolve(ChatTemplateKind::kAuto, dir, tok.get()),
+                         ChatLossMask::kAssistant);
+  RawExample ex = parse_example(R"({"messages": [{"role": "user", "content": "你喜欢什么？"},
+                                                 {"role": "assistant", "content": "我也喜欢！日本語も少し。"}]})",
+                                ExampleFormat::kMessages);
+  const EncodedExample e = encoder.encode(ex);
+  std::vector<int32_t> supervised;
+  for (size_t t = 0; t < e.labels.size(); ++t)
+    if (e.labels[t] != kIgnoreLabel) supervised.push_back(e.labels[t]);
+  ASSERT_EQ(supervised.size(), 14u);  // "\u2581", 12 characters, </s>
+  EXPECT_EQ(supervised[0], *tok->token_to_id("\xE2\x96\x81"));
+  EXPECT_EQ(tok->decode(supervised), "我也喜欢！日本語も少し。</s>");  // decoding drops a leading space
+  EXPECT_EQ(e.labels[e.labels.size() - 15], kIgnoreLabel);  // [/INST]
+  EXPECT_EQ(e.input_ids[e.labels.size() - 15], *tok->token_to_id("[/INST]"));
 }
 
 TEST(ChatParity, AMisplacedGenerationRangeNeverCutsACharacter) {

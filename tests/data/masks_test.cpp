@@ -2,6 +2,7 @@
 // rule, overlong policies and zero-supervised examples.
 #include <gtest/gtest.h>
 
+#include "data/epoch_plan.h"
 #include "data/example_encoder.h"
 #include "data/pad_id.h"
 #include "tests/data/test_util.h"
@@ -163,6 +164,29 @@ TEST_F(DataLengths, TooManyZeroSupervisedExamplesIsAnError) {
     EXPECT_NE(std::string(e.what()).find("max_zero_supervised_fraction"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find(f.string() + ":1"), std::string::npos) << e.what();
   }
+}
+
+// The check `fptrain train` meets first (counting the steps of the run): the
+// message names the file and line of the example and the key to change.
+TEST_F(DataLengths, TooManyZeroSupervisedNamesTheLinesAndTheKey) {
+  std::vector<std::string> lines(11, R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]})");
+  lines[6] = R"({"messages": [{"role": "user", "content": "a question and no answer"}]})";
+  const auto f = dir_.write_lines("c.jsonl", lines);
+  auto o = testing::options_for({f});
+  o.chat_template = ChatTemplateKind::kLlama3;
+  o.max_zero_supervised_fraction = 0.01;
+  o.examples_per_micro_batch = 1;
+  try {
+    const int64_t steps = count_steps(o, testing::byte_tokenizer());
+    FAIL() << "expected an error, got " << steps << " steps";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("1 of 11 examples"), std::string::npos) << what;
+    EXPECT_NE(what.find("(" + f.string() + ":7)"), std::string::npos) << what;
+    EXPECT_NE(what.find("data.max_zero_supervised_fraction: 0.10"), std::string::npos) << what;
+  }
+  o.max_zero_supervised_fraction = 0.1;
+  EXPECT_EQ(count_steps(o, testing::byte_tokenizer()), 10);
 }
 
 }  // namespace
