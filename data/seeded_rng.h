@@ -27,8 +27,6 @@ class SeededRng {
     }
   }
 
-  double uniform() { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0); }
-
  private:
   uint64_t state_;
 };

@@ -10,6 +10,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 #include <thread>
 
@@ -119,6 +120,70 @@ void Group::check_same(const std::string& what, const std::string& value) {
   if (!differ.empty())
     throw std::runtime_error("rank " + std::to_string(rank()) + ": the " + what + " of rank(s) " + differ +
                              " differs from rank 0's; every rank must run the same " + what);
+}
+
+namespace {
+
+// An outcome as one store value: a tag byte, then the value or the message.
+std::string encode(const Group::Outcome& o) { return (o.ok ? "+" : "-") + o.value; }
+Group::Outcome decode(const std::string& s) {
+  if (s.empty()) return {false, "(no outcome)"};
+  return {s[0] == '+', s.substr(1)};
+}
+
+Group::Outcome run_caught(const std::function<std::string()>& work) {
+  try {
+    return {true, work()};
+  } catch (const std::exception& e) {
+    return {false, e.what()};
+  }
+}
+
+}  // namespace
+
+Group::Outcome Group::leader_decides(const std::string& name, const std::function<std::string()>& decide) {
+  const std::string mine = rank() == 0 ? encode(run_caught(decide)) : std::string();
+  return decode(all_gather_text("decide/" + name, mine).at(0));
+}
+
+std::vector<Group::Outcome> Group::each_reports(const std::string& name, const std::function<std::string()>& work) {
+  std::vector<Outcome> out;
+  for (const std::string& s : all_gather_text("report/" + name, encode(run_caught(work)))) out.push_back(decode(s));
+  return out;
+}
+
+namespace {
+
+template <typename T>
+std::vector<std::vector<T>> gather_values(Group& g, const std::string& name, const std::vector<T>& mine) {
+  const std::string packed(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(T));
+  std::vector<std::vector<T>> out;
+  int r = 0;
+  for (const std::string& s : g.all_gather_text(name, packed)) {
+    if (s.size() != packed.size())
+      throw std::runtime_error("rank " + std::to_string(r) + " sent " + std::to_string(s.size() / sizeof(T)) +
+                               " values to '" + name + "', this rank " + std::to_string(mine.size()));
+    out.emplace_back(mine.size());
+    std::memcpy(out.back().data(), s.data(), s.size());
+    ++r;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<double> Group::sum_over_ranks(const std::vector<double>& mine) {
+  std::vector<double> sum(mine.size(), 0.0);
+  for (const auto& v : gather_values(*this, "sum/" + std::to_string(++reductions_), mine))
+    for (size_t i = 0; i < v.size(); ++i) sum[i] += v[i];
+  return sum;
+}
+
+std::vector<int64_t> Group::max_over_ranks(const std::vector<int64_t>& mine) {
+  std::vector<int64_t> top = mine;
+  for (const auto& v : gather_values(*this, "max/" + std::to_string(++reductions_), mine))
+    for (size_t i = 0; i < v.size(); ++i) top[i] = std::max(top[i], v[i]);
+  return top;
 }
 
 bool Group::stop_vote(int64_t step, bool want_stop, int64_t first_step) {

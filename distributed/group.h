@@ -53,6 +53,21 @@ class Group {
   // Throws, naming the ranks whose `value` differs from rank 0's.
   void check_same(const std::string& what, const std::string& value);
 
+  // What a rank's work came to: a value, or the error it met.
+  struct Outcome {
+    bool ok = true;
+    std::string value;  // the result where ok, else the error message
+  };
+  // Rank 0 runs `decide` (an exception becomes its error) and every rank gets its outcome.
+  Outcome leader_decides(const std::string& name, const std::function<std::string()>& decide);
+  // Every rank runs `work`; every rank gets all outcomes, in rank order.
+  std::vector<Outcome> each_reports(const std::string& name, const std::function<std::string()>& work);
+  // Element-wise sums (in rank order: the same bits on every rank) and maxima
+  // of small host vectors, the same length on every rank. Every rank must make
+  // the same sequence of these calls (each call gets the next name).
+  std::vector<double> sum_over_ranks(const std::vector<double>& mine);
+  std::vector<int64_t> max_over_ranks(const std::vector<int64_t>& mine);
+
   // Stopping together (a signal reached some ranks): at the end of step t
   // every rank posts whether it wants to stop and learns whether anyone
   // wanted to at step t - 1 (posted a step ago, so normally without waiting).
@@ -78,6 +93,7 @@ class Group {
   std::unique_ptr<LivenessMonitor> monitor_;
   std::unique_ptr<Communicator> comm_;
   bool finished_ = false;
+  int64_t reductions_ = 0;  // names the host reductions
 };
 
 }  // namespace fptrain::distributed

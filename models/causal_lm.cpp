@@ -9,23 +9,12 @@
 #include "models/causal_lm.h"
 
 #include "models/parameter_layout.h"
-#include "models/replayed_residual.h"
-#include "models/rms_norm.h"
 
-#include <c10/core/GradMode.h>
-
-#include <sstream>
 #include <stdexcept>
 #include <vector>
 
 namespace fptrain::models {
 namespace {
-
-std::string shape_text(at::IntArrayRef shape) {
-  std::ostringstream os;
-  os << shape;
-  return os.str();
-}
 
 // The parameters must be exactly the ones the config implies, one dtype, one device.
 void check_parameters(const ModelConfig& config, const TensorMap& params) {
@@ -36,8 +25,8 @@ void check_parameters(const ModelConfig& config, const TensorMap& params) {
     if (it == params.end() || !it->second.defined()) {
       problems.push_back("missing parameter '" + name + "'");
     } else if (it->second.sizes() != at::IntArrayRef(shape)) {
-      problems.push_back("parameter '" + name + "' has shape " + shape_text(it->second.sizes()) +
-                         " but the config implies " + shape_text(shape));
+      problems.push_back("parameter '" + name + "' has shape " + c10::str(at::IntArrayRef(it->second.sizes())) +
+                         " but the config implies " + c10::str(at::IntArrayRef(shape)));
     }
   }
   for (const auto& [name, tensor] : params) {
@@ -86,31 +75,45 @@ void check_input(const PackedInput& in, const at::Device& device) {
 CausalLM::CausalLM(ModelConfig config, TensorMap parameters, attention::Backend backend)
     : config_(std::move(config)), params_(std::move(parameters)), backend_(backend) {
   check_parameters(config_, params_);
-  inv_freq_ = rope_inv_freq(config_.rope, config_.head_dim).to(weight("model.embed_tokens.weight").device());
-  fused_ops_ = fused_cuda_kernels_available(parameters_device());
+  inv_freq_ = rope_inv_freq(config_.rope, config_.head_dim).to(parameters_device());
+  ops_ = make_decoder_ops(parameters_device(), /*fused=*/true, backend_);
   auto optional = [this](const std::string& name, bool present) { return present ? &weight(name) : nullptr; };
+  int64_t slot = 0;
+  auto projection = [&](const std::string& prefix, bool bias) {
+    return Projection{&weight(prefix + ".weight"), optional(prefix + ".bias", bias), slot++};
+  };
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     const std::string a = p + "self_attn.", m = p + "mlp.";
     const bool ab = config_.attention_bias, mb = config_.mlp_bias;
-    layers_.push_back({&weight(p + "input_layernorm.weight"), &weight(p + "post_attention_layernorm.weight"),
-                       &weight(a + "q_proj.weight"), &weight(a + "k_proj.weight"), &weight(a + "v_proj.weight"),
-                       &weight(a + "o_proj.weight"), optional(a + "q_proj.bias", ab), optional(a + "k_proj.bias", ab),
-                       optional(a + "v_proj.bias", ab), optional(a + "o_proj.bias", ab), &weight(m + "gate_proj.weight"),
-                       &weight(m + "up_proj.weight"), &weight(m + "down_proj.weight"),
-                       optional(m + "gate_proj.bias", mb), optional(m + "up_proj.bias", mb),
-                       optional(m + "down_proj.bias", mb)});
+    LayerWeights w{&weight(p + "input_layernorm.weight"), &weight(p + "post_attention_layernorm.weight")};
+    w.q = projection(a + "q_proj", ab);  // in ProjectionRole order
+    w.k = projection(a + "k_proj", ab);
+    w.v = projection(a + "v_proj", ab);
+    w.o = projection(a + "o_proj", ab);
+    w.gate = projection(m + "gate_proj", mb);
+    w.up = projection(m + "up_proj", mb);
+    w.down = projection(m + "down_proj", mb);
+    layers_.push_back(w);
   }
+}
+
+void CausalLM::set_ops(std::shared_ptr<const DecoderOps> ops) {
+  if (!ops) throw std::invalid_argument("CausalLM::set_ops: no op set");
+  ops_ = std::move(ops);
+}
+
+std::vector<Projection> CausalLM::projections() const {
+  std::vector<Projection> out;
+  for (const LayerWeights& w : layers_)
+    for (const Projection* p : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) out.push_back(*p);
+  return out;
 }
 
 const at::Tensor& CausalLM::weight(const std::string& name) const {
   auto it = params_.find(name);
   if (it == params_.end()) throw std::invalid_argument("CausalLM: no parameter '" + name + "'");
   return it->second;
-}
-
-at::Tensor CausalLM::bias(const std::string& name, bool present) const {
-  return present ? weight(name) : at::Tensor();
 }
 
 // The boundaries for every attention call of one forward pass. This is where
@@ -143,166 +146,58 @@ at::Tensor CausalLM::hidden_states(const PackedInput& in) const {
   check_input(in, embed.device());
   const attention::VarlenSpec spec = attention_spec(in);
   const RotaryTables rope = rotary_tables(inv_freq_, in.position_ids, embed.scalar_type());
+  const DecoderOps& ops = *ops_;
 
   if (before_stage_) before_stage_(-1);
   at::Tensor x = at::embedding(embed, in.input_ids);  // [T, hidden]
   if (config_.embedding_multiplier != 1.0) x = x * config_.embedding_multiplier;
   for (int64_t layer = 0; layer < config_.num_hidden_layers; ++layer) {
     if (before_stage_) before_stage_(layer);
-    if (layer_runner_) {
-      auto tape = std::make_shared<LayerTape>();
-      x = layer_runner_(layer, x, [this, layer, rope, spec, tape](const at::Tensor& h) {
-        return decoder_layer(layer, h, rope, spec, tape.get());
-      });
-    } else {
-      x = decoder_layer(layer, x, rope, spec, nullptr);
-    }
+    // Captures by value: a recomputing runner calls it again during the backward.
+    const BlockFn run = [this, layer, rope, spec](const at::Tensor& h, const DecoderOps& o) {
+      return decoder_layer(layer, h, rope, spec, o);
+    };
+    x = layer_runner_ ? layer_runner_(layer, x, ops, run) : run(x, ops);
   }
   if (before_stage_) before_stage_(config_.num_hidden_layers);
-  if (fused_ops_) return fused_rms_norm(x, weight("model.norm.weight"), config_.rms_norm_eps, FusedPath::kCuda);
-  return rms_norm(x, weight("model.norm.weight"), config_.rms_norm_eps);
+  return ops.norm(x, weight("model.norm.weight"), config_.rms_norm_eps);
 }
 
 at::Device CausalLM::parameters_device() const { return weight("model.embed_tokens.weight").device(); }
 
-CausalLM::LayerTape::Pass CausalLM::LayerTape::next() {
-  if (!at::GradMode::is_enabled()) {
-    recorded = true;
-    return Pass::kRecord;
-  }
-  return recorded ? Pass::kReplay : Pass::kPlain;
-}
-
 at::Tensor CausalLM::decoder_layer(int64_t layer, const at::Tensor& x, const RotaryTables& rope,
-                                   const attention::VarlenSpec& spec, LayerTape* tape) const {
+                                   const attention::VarlenSpec& spec, const DecoderOps& ops) const {
   const LayerWeights& w = layers_[static_cast<size_t>(layer)];
-  const double eps = config_.rms_norm_eps;
-  const LayerTape::Pass pass = tape ? tape->next() : LayerTape::Pass::kPlain;
-  if (pass == LayerTape::Pass::kReplay && !tape->attention_residual.defined())
-    throw std::logic_error("CausalLM::decoder_layer: a replay without its first run's record");
-  auto residual_add = [&](const at::Tensor& residual, const at::Tensor& update) {
-    return config_.residual_multiplier != 1.0 ? residual + update * config_.residual_multiplier
-                                              : residual + update;
-  };
-  // Captures by value: a recomputing runner calls it again during the backward.
-  // A layer's replay recomputes its MLP as part of it (the runner would pass it through).
-  auto run_mlp = [this, layer, &w, pass](const at::Tensor& normed) {
-    if (!mlp_runner_ || pass == LayerTape::Pass::kReplay) return mlp(w, normed, pass);
-    const LayerWeights* lw = &w;  // layers_ lives as long as the model
-    auto mlp_tape = std::make_shared<LayerTape>();
-    return mlp_runner_(layer, normed,
-                       [this, lw, mlp_tape](const at::Tensor& h) { return mlp(*lw, h, mlp_tape->next()); });
-  };
-  const at::Tensor attended = self_attention(
-      w, fused_ops_ ? fused_rms_norm(x, *w.input_norm, eps, FusedPath::kCuda) : rms_norm(x, *w.input_norm, eps),
-      rope, spec, tape, pass);
-  if (pass == LayerTape::Pass::kReplay) {
-    // attended is o's replay (no product): the residual comes from the first run.
-    const at::Tensor h = replayed_residual_add(x, attended, tape->attention_residual, config_.residual_multiplier);
-    tape->attention_residual.reset();
-    const at::Tensor normed =
-        fused_ops_ ? fused_rms_norm(h, *w.post_norm, eps, FusedPath::kCuda) : rms_norm(h, *w.post_norm, eps);
-    return residual_add(h, run_mlp(normed));
-  }
-  if (fused_ops_) {
-    // h = x + attended and its RMSNorm in one pass (h is saved for the backward: not modified).
-    const AddRmsNormOutput post =
-        fused_add_rms_norm(x, attended, *w.post_norm, eps, config_.residual_multiplier, FusedPath::kCuda);
-    if (pass == LayerTape::Pass::kRecord) tape->attention_residual = post.sum;
-    return residual_add(post.sum, run_mlp(post.normed));
-  }
-  const at::Tensor h = residual_add(x, attended);
-  if (pass == LayerTape::Pass::kRecord) tape->attention_residual = h;
-  return residual_add(h, run_mlp(rms_norm(h, *w.post_norm, eps)));
+  const double eps = config_.rms_norm_eps, scale = config_.residual_multiplier;
+  const at::Tensor attended = self_attention(w, ops.norm(x, *w.input_norm, eps), rope, spec, ops);
+  const AddRmsNormOutput post = ops.add_norm(x, attended, *w.post_norm, eps, scale);
+  return residual_add(post.sum, mlp_block(layer, post.normed, ops), scale);
 }
-
-namespace {
-at::Tensor or_none(const at::Tensor* t) { return t ? *t : at::Tensor(); }
-}  // namespace
 
 at::Tensor CausalLM::self_attention(const LayerWeights& w, const at::Tensor& x, const RotaryTables& rope,
-                                    const attention::VarlenSpec& spec, LayerTape* tape,
-                                    LayerTape::Pass pass) const {
+                                    const attention::VarlenSpec& spec, const DecoderOps& ops) const {
   const int64_t T = x.size(0), D = config_.head_dim;
   const int64_t Hq = config_.num_attention_heads, Hkv = config_.num_key_value_heads;
-  LayerSinks* s = w.sinks;
-  auto project = [&](const at::Tensor* weight, const at::Tensor* bias, GradSink* sink, int64_t heads) {
-    return sink_linear(x, *weight, or_none(bias), sink).view({T, heads, D});
+  const at::Tensor q = ops.linear(x, w.q).view({T, Hq, D});
+  const at::Tensor k = ops.linear(x, w.k).view({T, Hkv, D});
+  const RotaryOutput qk = ops.rotary(q, k, rope);
+  const at::Tensor v = ops.linear(x, w.v).view({T, Hkv, D});
+  const at::Tensor out = ops.attention(qk.q, qk.k, v, spec);  // [T, Hq, D]
+  return ops.linear(out.reshape({T, Hq * D}), w.o);
+}
+
+at::Tensor CausalLM::mlp_block(int64_t layer, const at::Tensor& x, const DecoderOps& ops) const {
+  const BlockFn run = [this, layer](const at::Tensor& h, const DecoderOps& o) {
+    return mlp(layers_[static_cast<size_t>(layer)], h, o);
   };
-  at::Tensor q, k;
-  if (fused_ops_) {
-    RotaryOutput qk = fused_rotary(project(w.q, w.q_bias, s ? &s->q : nullptr, Hq),
-                                   project(w.k, w.k_bias, s ? &s->k : nullptr, Hkv), rope, FusedPath::kCuda);
-    q = std::move(qk.q);
-    k = std::move(qk.k);
-  } else {
-    q = apply_rotary(project(w.q, w.q_bias, s ? &s->q : nullptr, Hq), rope);
-    k = apply_rotary(project(w.k, w.k_bias, s ? &s->k : nullptr, Hkv), rope);
-  }
-  const at::Tensor v = project(w.v, w.v_bias, s ? &s->v : nullptr, Hkv);
-  at::Tensor out;  // [T, Hq, D]
-  if (pass == LayerTape::Pass::kRecord) {
-    out = attention::varlen_attention_recorded(q, k, v, spec, backend_, tape->attention);
-  } else if (pass == LayerTape::Pass::kReplay && tape->attention.replayable()) {
-    out = attention::varlen_attention_replayed(q, k, v, spec, backend_, tape->attention);
-    tape->attention = {};  // the replay's autograd node holds them now, until its backward
-  } else {
-    out = attention::varlen_attention(q, k, v, spec, backend_);
-  }
-  GradSink* o_sink = s ? &s->o : nullptr;
-  const at::Tensor heads = out.reshape({T, Hq * D});
-  if (pass == LayerTape::Pass::kReplay) return replayed_sink_linear(heads, *w.o, or_none(w.o_bias), o_sink);
-  return sink_linear(heads, *w.o, or_none(w.o_bias), o_sink);
+  return mlp_runner_ ? mlp_runner_(layer, x, ops, run) : run(x, ops);
 }
 
-// SwiGLU: down(silu(gate(x)) * up(x)). A replay skips down's product (its
-// backward reads only act and the weight).
-at::Tensor CausalLM::mlp(const LayerWeights& w, const at::Tensor& x, LayerTape::Pass pass) const {
-  LayerSinks* s = w.sinks;
-  const at::Tensor gate = sink_linear(x, *w.gate, or_none(w.gate_bias), s ? &s->gate : nullptr);
-  const at::Tensor up = sink_linear(x, *w.up, or_none(w.up_bias), s ? &s->up : nullptr);
-  const at::Tensor act = fused_ops_ ? fused_swiglu(gate, up, FusedPath::kCuda) : at::silu(gate) * up;
-  GradSink* down_sink = s ? &s->down : nullptr;
-  if (pass == LayerTape::Pass::kReplay) return replayed_sink_linear(act, *w.down, or_none(w.down_bias), down_sink);
-  return sink_linear(act, *w.down, or_none(w.down_bias), down_sink);
-}
-
-void CausalLM::enable_grad_sinks() {
-  sinks_.assign(layers_.size(), LayerSinks{});
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    LayerWeights& w = layers_[l];
-    LayerSinks& s = sinks_[l];
-    const std::pair<GradSink*, const at::Tensor*> pairs[] = {
-        {&s.q, w.q}, {&s.k, w.k}, {&s.v, w.v}, {&s.o, w.o}, {&s.gate, w.gate}, {&s.up, w.up}, {&s.down, w.down}};
-    for (const auto& [sink, param] : pairs) {
-      if (!param->grad().defined() || param->grad().sizes() != param->sizes() || !param->grad().is_contiguous())
-        throw std::logic_error("CausalLM::enable_grad_sinks: a projection weight has no contiguous .grad view");
-      *sink = GradSink{param, param->grad(), false};
-    }
-    w.sinks = &s;
-  }
-}
-
-void CausalLM::begin_grad_sinks() {
-  for (LayerSinks& s : sinks_)
-    for (GradSink* g : {&s.q, &s.k, &s.v, &s.o, &s.gate, &s.up, &s.down}) g->written = false;
-}
-
-void CausalLM::finish_grad_sinks() {
-  c10::NoGradGuard no_grad;
-  for (LayerSinks& s : sinks_)
-    for (GradSink* g : {&s.q, &s.k, &s.v, &s.o, &s.gate, &s.up, &s.down})
-      if (!g->written) {
-        g->grad.zero_();  // no backward reached it this step: its gradient is zero, not last step's
-        g->written = true;
-      }
-}
-
-std::vector<const at::Tensor*> CausalLM::grad_sink_params() const {
-  std::vector<const at::Tensor*> out;
-  for (const LayerSinks& s : sinks_)
-    for (const GradSink* g : {&s.q, &s.k, &s.v, &s.o, &s.gate, &s.up, &s.down}) out.push_back(g->param);
-  return out;
+// SwiGLU: down(silu(gate(x)) * up(x)).
+at::Tensor CausalLM::mlp(const LayerWeights& w, const at::Tensor& x, const DecoderOps& ops) const {
+  const at::Tensor gate = ops.linear(x, w.gate);
+  const at::Tensor up = ops.linear(x, w.up);
+  return ops.linear(ops.gated_activation(gate, up), w.down);
 }
 
 const at::Tensor& CausalLM::head_weight() const {

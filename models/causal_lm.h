@@ -3,8 +3,7 @@
 #pragma once
 
 #include "attention/varlen_attention.h"
-#include "models/fused_ops.h"
-#include "models/grad_sink_linear.h"
+#include "models/decoder_ops.h"
 #include "models/linear_cross_entropy.h"
 #include "models/model_config.h"
 #include "models/rope.h"
@@ -68,24 +67,28 @@ class CausalLM {
   LossOutput loss(const PackedInput& input, const at::Tensor& labels, const at::Tensor& labels_cpu = {}) const;
 
   void set_loss_options(LossOptions options) { loss_options_ = options; }
-  // The decoder's element-wise ops (RMSNorm with the residual add, RoPE, SwiGLU)
-  // through the fused CUDA kernels of models/fused_ops.h. On by default where
-  // they run (CUDA, sm_90); elsewhere, or off, the ATen composition below.
-  void set_fused_ops(bool on) { fused_ops_ = on && fused_cuda_kernels_available(parameters_device()); }
-  bool fused_ops() const { return fused_ops_; }
   const LossOptions& loss_options() const { return loss_options_; }
+
+  // The op set the decoder runs with (models/decoder_ops.h). By default the
+  // fused CUDA set where its kernels run (CUDA, sm_90), else ATen; the trainer
+  // replaces it with one that holds its gradient sinks.
+  void set_ops(std::shared_ptr<const DecoderOps> ops);
+  const std::shared_ptr<const DecoderOps>& ops() const { return ops_; }
+  // Every projection of the decoder (layer by layer, in parameter order; slot = index).
+  std::vector<Projection> projections() const;
 
   // Optional wrapper around each decoder layer, used by the trainer for
   // activation checkpointing: when set, hidden_states() computes layer i as
-  // runner(i, x, run) instead of run(x). `run` may be called again after
-  // hidden_states() returned (recomputation during backward), so it holds
-  // everything it needs by value.
-  using LayerFn = std::function<at::Tensor(const at::Tensor& hidden)>;
-  using LayerRunner = std::function<at::Tensor(int64_t layer, const at::Tensor& hidden, const LayerFn& run)>;
-  void set_layer_runner(LayerRunner runner) { layer_runner_ = std::move(runner); }
+  // runner(i, x, ops, run) instead of run(x, ops). `run` may be called again
+  // after hidden_states() returned (recomputation during backward), with
+  // other ops (models/recompute_ops.h); it holds everything it needs by value.
+  using BlockFn = std::function<at::Tensor(const at::Tensor& hidden, const DecoderOps& ops)>;
+  using BlockRunner =
+      std::function<at::Tensor(int64_t layer, const at::Tensor& hidden, const DecoderOps& ops, const BlockFn& run)>;
+  void set_layer_runner(BlockRunner runner) { layer_runner_ = std::move(runner); }
   // The same for the MLP block of a layer (hidden = its normed input, the result
   // is added to the residual stream): selective activation checkpointing.
-  void set_mlp_runner(LayerRunner runner) { mlp_runner_ = std::move(runner); }
+  void set_mlp_runner(BlockRunner runner) { mlp_runner_ = std::move(runner); }
   // Called in the forward before the parameters of a stage are first read:
   // stage -1 the embedding, 0..L-1 decoder layer l (not again when activation
   // checkpointing recomputes it), L the final norm and the head. Data
@@ -93,63 +96,32 @@ class CausalLM {
   using BeforeStage = std::function<void(int64_t stage)>;
   void set_before_stage(BeforeStage hook) { before_stage_ = std::move(hook); }
 
-  // The decoder's projection weights (q, k, v, o, gate, up, down) write their
-  // gradients straight into their .grad views (models/grad_sink_linear.h). For
-  // a trainer whose flat buffer owns those views: call once they exist; then
-  // begin_grad_sinks() before a step's first backward (the views hold the last
-  // step's values, to be overwritten, so the trainer does not zero them) and
-  // finish_grad_sinks() after its last (zeroes the views no backward wrote).
-  void enable_grad_sinks();
-  void begin_grad_sinks();
-  void finish_grad_sinks();
-  std::vector<const at::Tensor*> grad_sink_params() const;  // the weights whose gradients go through sinks
-
  private:
   const at::Tensor& weight(const std::string& name) const;
   const at::Tensor& head_weight() const;  // lm_head, or the tied embedding
-  at::Tensor bias(const std::string& name, bool present) const;  // undefined when absent
   attention::VarlenSpec attention_spec(const PackedInput& input) const;
-  // An activation-checkpointed block (a layer, or selective's MLP block) runs
-  // twice: first without autograd, then again in the backward to rebuild its
-  // graph. Its tape lets the second run skip what the backward never reads:
-  // the products of the projections that feed only a residual add (o and down:
-  // the first run keeps the residual after the attention, and the block's
-  // output is only the gradients' root) and, where the backend can replay it,
-  // the attention's forward (the first run keeps its output and statistics).
-  struct LayerTape {
-    enum class Pass { kPlain, kRecord, kReplay };
-    attention::AttentionRecord attention;
-    at::Tensor attention_residual;  // x + o(attention) of the first run
-    bool recorded = false;
-    Pass next();  // this call's pass: without autograd it records; with autograd after a recording it replays
-  };
-  at::Tensor decoder_layer(int64_t layer, const at::Tensor& x, const RotaryTables& rope,
-                           const attention::VarlenSpec& spec, LayerTape* tape) const;
   // A decoder layer's parameters, looked up once at construction (the forward
   // builds no names and searches no map per layer). Biases are null when absent.
-  struct LayerSinks {
-    GradSink q, k, v, o, gate, up, down;
-  };
   struct LayerWeights {
     const at::Tensor *input_norm, *post_norm;
-    const at::Tensor *q, *k, *v, *o, *q_bias, *k_bias, *v_bias, *o_bias;
-    const at::Tensor *gate, *up, *down, *gate_bias, *up_bias, *down_bias;
-    LayerSinks* sinks = nullptr;  // enable_grad_sinks(); null: plain autograd
+    Projection q, k, v, o, gate, up, down;
   };
+  at::Tensor decoder_layer(int64_t layer, const at::Tensor& x, const RotaryTables& rope,
+                           const attention::VarlenSpec& spec, const DecoderOps& ops) const;
   at::Tensor self_attention(const LayerWeights& w, const at::Tensor& x, const RotaryTables& rope,
-                            const attention::VarlenSpec& spec, LayerTape* tape, LayerTape::Pass pass) const;
-  at::Tensor mlp(const LayerWeights& w, const at::Tensor& x, LayerTape::Pass pass) const;
+                            const attention::VarlenSpec& spec, const DecoderOps& ops) const;
+  at::Tensor mlp_block(int64_t layer, const at::Tensor& x, const DecoderOps& ops) const;
+  at::Tensor mlp(const LayerWeights& w, const at::Tensor& x, const DecoderOps& ops) const;
+  at::Device parameters_device() const;
 
   ModelConfig config_;
   TensorMap params_;
   attention::Backend backend_;
   at::Tensor inv_freq_;  // RoPE inverse frequencies, fp32 on the parameters' device
-  at::Device parameters_device() const;
-  bool fused_ops_ = false;
-  LayerRunner layer_runner_;
-  LayerRunner mlp_runner_;
+  std::shared_ptr<const DecoderOps> ops_;
+  BlockRunner layer_runner_;
+  BlockRunner mlp_runner_;
   std::vector<LayerWeights> layers_;
-  std::vector<LayerSinks> sinks_;  // sized once: layers_ points into it
   BeforeStage before_stage_;
   LossOptions loss_options_;
 };

@@ -17,7 +17,6 @@
 #include <fstream>
 #include <memory>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 
 #include <sys/stat.h>
@@ -31,12 +30,6 @@ namespace fs = std::filesystem;
 
 constexpr const char* kSingleFile = "model.safetensors";
 constexpr const char* kIndexFile = "model.safetensors.index.json";
-
-std::string shape_text(at::IntArrayRef shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 std::string config_summary(const ModelConfig& c) {
   return c.architecture + " with hidden_size=" + std::to_string(c.hidden_size) +
@@ -139,8 +132,8 @@ void check_against_config(const OpenCheckpoint& ck, const ModelConfig& c, const 
     const SafetensorsEntry& e = *loc.second;
     const std::string file = loc.first->path().filename().string();
     if (e.shape != it->second)
-      problems.push_back("tensor '" + name + "' in " + file + " has shape " + shape_text(e.shape) +
-                         " but the config implies " + shape_text(it->second));
+      problems.push_back("tensor '" + name + "' in " + file + " has shape " + c10::str(at::IntArrayRef(e.shape)) +
+                         " but the config implies " + c10::str(at::IntArrayRef(it->second)));
     if (!at::isFloatingType(e.dtype))
       problems.push_back("tensor '" + name + "' in " + file + " has dtype " + e.dtype_name +
                          ", not a floating-point type");
@@ -268,8 +261,8 @@ void save_pretrained(const fs::path& dir, const ModelConfig& config, const Tenso
     if (it == params.end()) {
       missing.push_back(p.name);
     } else if (it->second.sizes().vec() != p.shape) {
-      problems.push_back("'" + p.name + "' has shape " + shape_text(it->second.sizes()) + ", expected " +
-                         shape_text(p.shape));
+      problems.push_back("'" + p.name + "' has shape " + c10::str(at::IntArrayRef(it->second.sizes())) + ", expected " +
+                         c10::str(at::IntArrayRef(p.shape)));
     }
   }
   for (const auto& [name, t] : params)

@@ -10,7 +10,6 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -20,12 +19,6 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-std::string shape_text(at::IntArrayRef shape) {
-  std::ostringstream os;
-  os << shape;
-  return os.str();
-}
 
 // "" when the kernels can run on these tensors (undefined ones are skipped), else why not.
 std::string cuda_blocker(const std::vector<at::Tensor>& tensors) {
@@ -221,7 +214,7 @@ void check_rms_norm_args(const char* op, const at::Tensor& x, const at::Tensor& 
   if (!weight.defined() || weight.dim() != 1 || weight.size(0) != x.size(-1) || weight.device() != x.device()) {
     throw std::invalid_argument(std::string(op) + ": weight must be [H] = [" + std::to_string(x.size(-1)) +
                                 "] on " + x.device().str() + "; got " +
-                                (weight.defined() ? shape_text(weight.sizes()) + " on " + weight.device().str()
+                                (weight.defined() ? c10::str(at::IntArrayRef(weight.sizes())) + " on " + weight.device().str()
                                                   : std::string("none")));
   }
 }
@@ -401,22 +394,6 @@ class SwigluPackedFunction : public torch::autograd::Function<SwigluPackedFuncti
 
 }  // namespace
 
-const char* fused_path_name(FusedPath path) {
-  switch (path) {
-    case FusedPath::kAuto: return "auto";
-    case FusedPath::kCuda: return "cuda";
-    case FusedPath::kReference: return "reference";
-  }
-  return "?";
-}
-
-FusedPath parse_fused_path(const std::string& name) {
-  if (name == "auto") return FusedPath::kAuto;
-  if (name == "cuda") return FusedPath::kCuda;
-  if (name == "reference") return FusedPath::kReference;
-  throw std::invalid_argument("fused ops: unknown path '" + name + "' (auto, cuda, reference)");
-}
-
 bool fused_cuda_kernels_built() { return kKernelsBuilt; }
 
 bool fused_cuda_kernels_available(const at::Device& device) {
@@ -439,7 +416,7 @@ AddRmsNormOutput fused_add_rms_norm(const at::Tensor& residual, const at::Tensor
   check_rms_norm_args("fused_add_rms_norm", residual, weight);
   if (!update.defined() || update.sizes() != residual.sizes() || update.device() != residual.device()) {
     throw std::invalid_argument("fused_add_rms_norm: update must have the residual's shape " +
-                                shape_text(residual.sizes()) + " and device");
+                                c10::str(at::IntArrayRef(residual.sizes())) + " and device");
   }
   const bool cuda = use_cuda(path, rms_norm_blocker({residual, update, weight}), "fused_add_rms_norm");
   const variable_list out = AddRmsNormFunction::apply(residual, update, weight, eps, update_scale, cuda);
@@ -451,7 +428,7 @@ RotaryOutput fused_rotary(const at::Tensor& q, const at::Tensor& k, const Rotary
   if (!q.defined() || !k.defined() || q.dim() != 3 || k.dim() != 3) fail("q and k must be [T, heads, head_dim]");
   const int64_t T = q.size(0), D = q.size(2);
   if (k.size(0) != T || k.size(2) != D) {
-    fail("q " + shape_text(q.sizes()) + " and k " + shape_text(k.sizes()) + " differ in tokens or head_dim");
+    fail("q " + c10::str(at::IntArrayRef(q.sizes())) + " and k " + c10::str(at::IntArrayRef(k.sizes())) + " differ in tokens or head_dim");
   }
   if (D % 2 != 0) fail("head_dim must be even; got " + std::to_string(D));
   at::Tensor cos = tables.cos, sin = tables.sin;
@@ -460,8 +437,8 @@ RotaryOutput fused_rotary(const at::Tensor& q, const at::Tensor& k, const Rotary
   if (sin.dim() == 2) sin = sin.unsqueeze(1);
   const std::vector<int64_t> table_shape{T, 1, D};
   if (cos.sizes() != at::IntArrayRef(table_shape) || sin.sizes() != at::IntArrayRef(table_shape)) {
-    fail("cos and sin must be [T, 1, head_dim] = " + shape_text(table_shape) + "; got " + shape_text(cos.sizes()) +
-         " and " + shape_text(sin.sizes()));
+    fail("cos and sin must be [T, 1, head_dim] = " + c10::str(at::IntArrayRef(table_shape)) + "; got " + c10::str(at::IntArrayRef(cos.sizes())) +
+         " and " + c10::str(at::IntArrayRef(sin.sizes())));
   }
   if (q.device() != k.device() || cos.device() != q.device() || sin.device() != q.device()) {
     fail("q, k and the tables must be on one device");

@@ -38,9 +38,6 @@ enum class FusedPath {
   kCuda,       // the CUDA kernels; std::invalid_argument saying why where they do not apply
   kReference,  // ATen operations (the CPU, builds without FPTRAIN_CUDA, other GPUs)
 };
-// "auto" | "cuda" | "reference"
-const char* fused_path_name(FusedPath path);
-FusedPath parse_fused_path(const std::string& name);  // std::invalid_argument for other names
 
 // The kernels are in this build (FPTRAIN_CUDA).
 bool fused_cuda_kernels_built();

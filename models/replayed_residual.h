@@ -1,5 +1,5 @@
 // The residual add of an activation checkpoint's recomputation, replayed from
-// the value its first pass kept (models/causal_lm.h, LayerTape).
+// the value its first pass kept (models/recompute_ops.h).
 #pragma once
 
 #include <ATen/ATen.h>

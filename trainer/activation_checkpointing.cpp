@@ -1,5 +1,7 @@
 #include "trainer/activation_checkpointing.h"
 
+#include "models/recompute_ops.h"
+
 #include <cstdio>
 
 #include <torch/csrc/autograd/autograd.h>
@@ -79,6 +81,18 @@ at::Tensor checkpointed_layer(const at::Tensor& hidden, LayerFunction run, const
   closure->run = std::move(run);
   closure->params = params;
   return RecomputeLayer::apply(hidden, at::TensorList(params), closure);
+}
+
+at::Tensor recomputed_block(const at::Tensor& hidden, const models::DecoderOps& ops,
+                            const models::CausalLM::BlockFn& run, const std::vector<at::Tensor>& params) {
+  auto recompute = std::make_shared<models::RecomputeOps>(ops.shared_from_this());
+  return checkpointed_layer(
+      hidden,
+      [recompute, run](const at::Tensor& h) {
+        recompute->begin_run();
+        return run(h, *recompute);
+      },
+      params);
 }
 
 }  // namespace fptrain::trainer

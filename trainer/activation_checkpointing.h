@@ -1,11 +1,14 @@
 // Activation checkpointing: a decoder layer runs without keeping its
 // activations in the forward pass and is recomputed, with autograd, when the
 // backward pass reaches it. Gradients equal the non-checkpointed ones (the
-// recomputation repeats the same operations on the same inputs). The model
-// skips in the recomputation what the backward never reads (models/causal_lm.h,
-// LayerTape): the products of o and down, and with our attention kernels the
-// attention's forward, from what the first pass keeps.
+// recomputation repeats the same operations on the same inputs). The block's
+// two runs go through a RecomputeOps (models/recompute_ops.h), which skips in
+// the recomputation what the backward never reads: the products of o and down,
+// and with our attention kernels the attention's forward, from what the first
+// run keeps.
 #pragma once
+
+#include "models/causal_lm.h"
 
 #include <ATen/ATen.h>
 
@@ -21,6 +24,11 @@ using LayerFunction = std::function<at::Tensor(const at::Tensor& hidden)>;
 // (the leaf tensors `run` reads), storing only `hidden` for the backward pass.
 // `run` is called again during backward, so it must capture what it needs by value.
 at::Tensor checkpointed_layer(const at::Tensor& hidden, LayerFunction run, const std::vector<at::Tensor>& params);
+
+// checkpointed_layer over one of the model's blocks: both runs of `run` go
+// through one RecomputeOps over `ops` (which a shared_ptr must own).
+at::Tensor recomputed_block(const at::Tensor& hidden, const models::DecoderOps& ops,
+                            const models::CausalLM::BlockFn& run, const std::vector<at::Tensor>& params);
 
 // model.activation_checkpointing: auto. What a micro-batch of T tokens keeps for
 // the backward, estimated per mode from the model's shapes (bytes per token and

@@ -10,6 +10,7 @@
 
 #include "common/enum_names.h"
 #include "data/data_options.h"
+#include "optim/optimizer_section.h"
 
 namespace fptrain::trainer {
 
@@ -77,19 +78,7 @@ struct BatchingSection {
   bool cross_example_attention = data_defaults().cross_example_attention;  // fixed: one sequence per row
 };
 
-struct OptimizerSection {
-  double lr = 2e-5;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.0;
-  // fp32 master weights and moments next to low-precision model weights; false = pure model dtype.
-  bool master_weights = true;
-  // With master weights: sum the micro-batches' gradients in fp32 (one more pass per
-  // micro-batch and 4 bytes per parameter) instead of in the model dtype, in place.
-  bool fp32_grad_accumulation = false;
-  double grad_clip = 1.0;  // global L2 norm; 0 disables clipping
-};
+using optim::OptimizerSection;  // the optimizer: section of the YAML
 
 struct ScheduleSection {
   int64_t warmup_steps = 0;

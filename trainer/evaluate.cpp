@@ -9,7 +9,6 @@
 #include <c10/core/GradMode.h>
 
 #include <chrono>
-#include <cstdio>
 #include <cmath>
 #include <stdexcept>
 
@@ -48,23 +47,14 @@ EvalResult evaluate(const models::CausalLM& model, data::DataPipeline& data, con
   }
   double total = loss_sum.item<double>();
   if (group) {  // sums in rank order: the same result on every rank
-    char mine[160];
-    std::snprintf(mine, sizeof mine, "%.17g %lld %lld %lld %lld", total, (long long)r.supervised_tokens,
-                  (long long)r.tokens, (long long)r.examples, (long long)r.micro_batches);
-    static int64_t calls = 0;
-    const auto all = group->all_gather_text("eval/" + std::to_string(++calls), mine);
-    total = 0;
-    r.supervised_tokens = r.tokens = r.examples = r.micro_batches = 0;
-    for (const auto& line : all) {
-      double l = 0;
-      long long sup = 0, tok = 0, ex = 0, mb = 0;
-      std::sscanf(line.c_str(), "%lf %lld %lld %lld %lld", &l, &sup, &tok, &ex, &mb);
-      total += l;
-      r.supervised_tokens += sup;
-      r.tokens += tok;
-      r.examples += ex;
-      r.micro_batches += mb;
-    }
+    const std::vector<double> sums = group->sum_over_ranks(
+        {total, static_cast<double>(r.supervised_tokens), static_cast<double>(r.tokens),
+         static_cast<double>(r.examples), static_cast<double>(r.micro_batches)});
+    total = sums[0];
+    r.supervised_tokens = static_cast<int64_t>(sums[1]);  // counts below 2^53: exact in a double
+    r.tokens = static_cast<int64_t>(sums[2]);
+    r.examples = static_cast<int64_t>(sums[3]);
+    r.micro_batches = static_cast<int64_t>(sums[4]);
   }
   if (r.supervised_tokens == 0) throw std::runtime_error("evaluation: the data has no supervised tokens");
   r.loss = total / static_cast<double>(r.supervised_tokens);

@@ -149,10 +149,8 @@ void MetricsLogger::flush_interval() {
   totals_.seconds += seconds;
   totals_.data_wait_seconds += wait;
 
-  const int64_t done = last.step - start_step_;
   const double per_step = totals_.seconds / std::max<int64_t>(1, totals_.steps);
   const double eta = per_step * static_cast<double>(std::max<int64_t>(0, total_steps_ - last.step));
-  (void)done;
 
   nlohmann::json j = {{"step", last.step},
                       {"epoch", last.epoch},

@@ -6,7 +6,7 @@
 #include "attention/varlen_attention.h"
 #include "data/data_stats.h"
 #include "models/model_config.h"
-#include "trainer/comm_clock.h"
+#include "distributed/comm_clock.h"
 #include "trainer/config.h"
 #include "trainer/device_info.h"
 
@@ -37,8 +37,8 @@ struct StepRecord {
   double step_seconds = 0.0;  // wall time of the whole step, data wait included
   double data_wait_seconds = 0.0;
   // Time the step waited for gradient and weight collectives that nothing
-  // overlapped (trainer/comm_clock.h); null for one process.
-  std::shared_ptr<const CommTiming> comm;
+  // overlapped (distributed/comm_clock.h); null for one process.
+  std::shared_ptr<const distributed::CommTiming> comm;
 };
 
 // How a data-parallel rank takes part in metrics: every rank records every step

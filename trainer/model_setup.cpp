@@ -55,7 +55,7 @@ LoadedModel open_model(const TrainConfig& config, const at::Device& device, cons
   if (trainable)
     for (auto& [name, t] : params) t.requires_grad_(true);
   m.model = std::make_unique<models::CausalLM>(m.config, std::move(params), m.backend);
-  m.model->set_fused_ops(config.model.fused_ops);
+  m.model->set_ops(models::make_decoder_ops(device, config.model.fused_ops, m.backend));
   m.checkpointing = set_activation_checkpointing(*m.model, config.model.activation_checkpointing);
   return m;
 }
@@ -72,12 +72,16 @@ std::shared_ptr<const tokenizer::Tokenizer> load_checked_tokenizer(const std::fi
 
 namespace {
 
+// Our attention kernels' FLOP rate over the GEMMs' at FLAN-like lengths: ~280
+// vs ~700 TFLOP/s on an H200 (benchmarks/attention and benchmarks/train, 2026-11).
+constexpr double kAttentionRateOverGemmRate = 0.4;
+
 // The example length at which attention costs as much per token as the rest of
 // the model, for balancing ranks by compute. Per token, fwd+bwd: 6 FLOPs per
 // weight of the layers and the head; per example of L tokens, causal attention
-// fwd+bwd as flash-attention counts it: 7 x layers x heads x head_dim x L^2.
-// Our attention runs at ~0.4x the GEMMs' rate (~280 vs ~700 TFLOP/s on an H200
-// at FLAN-like lengths), hence the 2.5. 0 when the config cannot be read.
+// fwd+bwd as flash-attention counts it: 7 x layers x heads x head_dim x L^2,
+// run at kAttentionRateOverGemmRate of the GEMMs' rate. 0 when the config
+// cannot be read.
 int64_t attention_cost_length(const std::filesystem::path& model_dir) {
   models::ModelConfig m;
   try {
@@ -92,7 +96,7 @@ int64_t attention_cost_length(const std::filesystem::path& model_dir) {
   const double layers = static_cast<double>(m.num_hidden_layers);
   const double per_layer = d * (hq + 2 * hkv) * hd + hq * hd * d + 3 * d * static_cast<double>(m.intermediate_size);
   const double linear = 6 * (layers * per_layer + d * static_cast<double>(m.vocab_size));
-  const double attention = 7 * layers * hq * hd * 2.5;
+  const double attention = 7 * layers * hq * hd / kAttentionRateOverGemmRate;
   return attention > 0 ? static_cast<int64_t>(linear / attention) : 0;
 }
 
@@ -156,17 +160,17 @@ std::shared_ptr<CheckpointSwitch> set_activation_checkpointing(models::CausalLM&
     layer_params[static_cast<size_t>(p.layer)].push_back(model.parameters().at(p.name));
     if (p.name.find(".mlp.") != std::string::npos) mlp_params[static_cast<size_t>(p.layer)].push_back(model.parameters().at(p.name));
   }
-  model.set_layer_runner([layer_params, control](int64_t layer, const at::Tensor& hidden,
-                                                 const models::CausalLM::LayerFn& run) {
-    if (!is_checkpointed_layer(layer, control->every_k) || !hidden.requires_grad()) return run(hidden);
-    return checkpointed_layer(hidden, run, layer_params[static_cast<size_t>(layer)]);
+  model.set_layer_runner([layer_params, control](int64_t layer, const at::Tensor& hidden, const models::DecoderOps& ops,
+                                                 const models::CausalLM::BlockFn& run) {
+    if (!is_checkpointed_layer(layer, control->every_k) || !hidden.requires_grad()) return run(hidden, ops);
+    return recomputed_block(hidden, ops, run, layer_params[static_cast<size_t>(layer)]);
   });
-  model.set_mlp_runner([mlp_params, control](int64_t layer, const at::Tensor& normed,
-                                             const models::CausalLM::LayerFn& run) {
+  model.set_mlp_runner([mlp_params, control](int64_t layer, const at::Tensor& normed, const models::DecoderOps& ops,
+                                             const models::CausalLM::BlockFn& run) {
     // Inside a checkpointed layer the whole layer is recomputed already.
     if (!control->selective || is_checkpointed_layer(layer, control->every_k) || !normed.requires_grad())
-      return run(normed);
-    return checkpointed_layer(normed, run, mlp_params[static_cast<size_t>(layer)]);
+      return run(normed, ops);
+    return recomputed_block(normed, ops, run, mlp_params[static_cast<size_t>(layer)]);
   });
   return control;
 }

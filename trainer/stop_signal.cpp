@@ -25,6 +25,5 @@ void install_stop_handlers() {
 
 bool stop_requested() { return g_signal != 0; }
 int stop_signal_number() { return g_signal; }
-void reset_stop_request() { g_signal = 0; }
 
 }  // namespace fptrain::trainer

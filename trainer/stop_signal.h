@@ -8,6 +8,5 @@ namespace fptrain::trainer {
 void install_stop_handlers();
 bool stop_requested();
 int stop_signal_number();  // the signal that asked to stop, 0 if none
-void reset_stop_request(); // for tests
 
 }  // namespace fptrain::trainer

@@ -2,15 +2,16 @@
 
 #include "data/data_pipeline.h"
 #include "models/checkpoint.h"
+#include "models/grad_sinks.h"
 #include "models/parameter_layout.h"
 #include "distributed/group.h"
 #include "trainer/activation_checkpointing.h"
-#include "trainer/adamw.h"
+#include "optim/adamw.h"
 #include "trainer/checkpoint_store.h"
 #include "trainer/device_batch.h"
 #include "trainer/device_info.h"
 #include "trainer/evaluate.h"
-#include "trainer/grad_reducer.h"
+#include "optim/grad_reducer.h"
 #include "trainer/log/log.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
@@ -31,11 +32,18 @@
 #include <chrono>
 #include <csignal>
 #include <limits>
-#include <sstream>
 #include <stdexcept>
 #include <unordered_map>
 
 namespace fptrain::trainer {
+
+using distributed::CommClock;
+using optim::AdamW;
+using optim::DataParallelSpec;
+using optim::FlatLayout;
+using optim::FlatSegment;
+using optim::GradReducer;
+
 namespace fs = std::filesystem;
 namespace {
 
@@ -131,13 +139,13 @@ class Run {
   std::unique_ptr<data::DataPipeline> data_;
   std::unique_ptr<distributed::Group> group_;  // data parallelism; null for one process
   std::unique_ptr<AdamW> optimizer_;
+  std::shared_ptr<models::GradSinks> grad_sinks_;  // the projections' gradients, written into the flat buffer
   std::unique_ptr<GradReducer> reducer_;  // with group_
   std::unique_ptr<CommClock> comm_clock_;  // with group_
   std::unique_ptr<AutoCheckpointing> auto_checkpointing_;  // model.activation_checkpointing: auto, on CUDA
   std::unique_ptr<MetricsLogger> metrics_;
   std::unique_ptr<StepProfiler> profiler_;  // logging.profile_steps; rank 0 only
   int64_t first_step_ = 0;  // the step this process started from
-  int64_t gather_seq_ = 0;
   int64_t step_ = 0;  // optimizer steps completed
   int64_t total_steps_ = 0;
   int64_t last_saved_step_ = -1;
@@ -197,7 +205,7 @@ StepRecord Run::train_step(const data::TrainStep& ts) {
   const bool fp32_sums = config_.optimizer.fp32_grad_accumulation && optimizer_->has_master_weights();
   int64_t remaining = 0;
   for (const auto& mb : ts.micro_batches) remaining += mb.num_tokens > 0;
-  model_.model->begin_grad_sinks();
+  grad_sinks_->begin_step();
   for (const auto& mb : ts.micro_batches) {
     if (mb.num_tokens == 0) continue;  // an empty slot at the end of an epoch
     const DeviceBatch b = to_device(mb, device_.device);
@@ -217,7 +225,7 @@ StepRecord Run::train_step(const data::TrainStep& ts) {
   rec.tokens = ts.global_tokens;
   rec.padding = ts.global_padding;
   rec.supervised = ts.global_supervised;
-  model_.model->finish_grad_sinks();  // zero what no backward of this step wrote (before it is reduced)
+  grad_sinks_->finish_step();  // zero what no backward of this step wrote (before it is reduced)
   if (reducer_) {
     comm_clock_->before_wait();
     reducer_->finish();
@@ -355,17 +363,7 @@ void Run::set_up() {
   scope.world_size = world();
   scope.writer = leader();
   if (group_)
-    scope.max_over_ranks = [this](const std::vector<int64_t>& mine) {
-      std::string text;
-      for (int64_t v : mine) text += std::to_string(v) + " ";
-      std::vector<int64_t> top = mine;
-      for (const auto& s : group_->all_gather_text("max/" + std::to_string(++gather_seq_), text)) {
-        std::istringstream in(s);
-        int64_t v = 0;
-        for (size_t i = 0; i < top.size() && in >> v; ++i) top[i] = std::max(top[i], v);
-      }
-      return top;
-    };
+    scope.max_over_ranks = [this](const std::vector<int64_t>& mine) { return group_->max_over_ranks(mine); };
   metrics_ = std::make_unique<MetricsLogger>(output_dir_, total_steps_, model_.config.num_parameters(), device_, step_,
                                              std::move(scope));
   profiler_ = std::make_unique<StepProfiler>(leader() ? config_.logging.profile_steps : 0,
@@ -425,19 +423,14 @@ void Run::join_group(const distributed::LaunchEnv& env) {
 // Rank 0 decides (the others may see the folder a moment later); all follow.
 std::optional<fs::path> Run::agree_on_resume() {
   if (!group_) return resolve_resume(config_);
-  std::string mine;
-  if (leader()) {
-    try {
-      const auto r = resolve_resume(config_);
-      mine = r ? "path " + r->string() : "none";
-    } catch (const std::exception& e) {
-      mine = std::string("error ") + e.what();
-    }
-  }
-  const std::string decided = group_->all_gather_text("resume", mine).at(0);
-  if (decided.rfind("error ", 0) == 0) throw std::invalid_argument(decided.substr(6));
-  if (decided == "none") return std::nullopt;
-  return fs::path(decided.substr(5));
+  // "" for a fresh start: a checkpoint path is never empty.
+  const auto decided = group_->leader_decides("resume", [&] {
+    const auto r = resolve_resume(config_);
+    return r ? r->string() : std::string();
+  });
+  if (!decided.ok) throw std::invalid_argument(decided.value);
+  if (decided.value.empty()) return std::nullopt;
+  return fs::path(decided.value);
 }
 
 void Run::make_optimizer() {
@@ -454,8 +447,10 @@ void Run::make_optimizer() {
   optimizer_ = std::make_unique<AdamW>(names, params, config_.optimizer, FlatLayout::kDefaultAlignment, dp);
   // The projection weights' gradients are written by their backward GEMMs into
   // the flat buffer, so the buffer is not zeroed for them between steps.
-  model_.model->enable_grad_sinks();
-  optimizer_->keep_on_zero(model_.model->grad_sink_params());
+  grad_sinks_ = std::make_shared<models::GradSinks>(model_.model->projections());
+  model_.model->set_ops(
+      models::make_decoder_ops(device_.device, config_.model.fused_ops, model_.backend, grad_sinks_));
+  optimizer_->keep_on_zero(grad_sinks_->params());
   if (group_) {
     // The flat buffers are laid out alike on every rank: their reduce-scatters
     // and all-gathers may take the copy engines (the all-reduces of the
@@ -523,52 +518,40 @@ void Run::save() {
 // checkpoint stays the latest.
 fs::path Run::save_together(TrainingState& state) {
   const std::string tag = "save/" + std::to_string(step_) + "/";
-  std::string prepared;
-  if (leader()) {
-    try {
-      prepared = "ok " + prepare_checkpoint(output_dir_, step_).string();
-    } catch (const std::exception& e) {
-      prepared = std::string("error ") + e.what();
-    }
-  }
-  prepared = group_->all_gather_text(tag + "prepare", prepared).at(0);
-  if (prepared.rfind("error ", 0) == 0)
-    throw std::runtime_error("checkpoint at step " + std::to_string(step_) + " not saved: rank 0: " + prepared.substr(6));
-  const fs::path staging = prepared.substr(3);
-  std::string written = "ok";
-  if (optimizer_->sharded()) {
-    state.optimizer_shards = world();
-    try {
-      write_shard_state(staging, rank(), state);
-    } catch (const std::exception& e) {
-      written = e.what();
-    }
-  }
+  const std::string not_saved = "checkpoint at step " + std::to_string(step_) + " not saved";
+  const auto prepared =
+      group_->leader_decides(tag + "prepare", [&] { return prepare_checkpoint(output_dir_, step_).string(); });
+  if (!prepared.ok) throw std::runtime_error(not_saved + ": rank 0: " + prepared.value);
+  const fs::path staging = prepared.value;
+  if (optimizer_->sharded()) state.optimizer_shards = world();
   std::string failures;
-  const auto all = group_->all_gather_text(tag + "written", written);
+  const auto written = group_->each_reports(tag + "written", [&] {
+    if (optimizer_->sharded()) write_shard_state(staging, rank(), state);
+    return std::string();
+  });
   for (int r = 0; r < world(); ++r)
-    if (all[r] != "ok") failures += "\n  rank " + std::to_string(r) + ": " + all[r];
-  std::string committed;
-  if (leader()) {
+    if (!written[r].ok) failures += "\n  rank " + std::to_string(r) + ": " + written[r].value;
+  const auto committed = group_->leader_decides(tag + "commit", [&] {
     if (!failures.empty()) {
-      common::remove_tree(staging);
-    } else {
       try {
-        TrainingState whole = state;
-        if (optimizer_->sharded()) whole.optimizer.clear();  // in the ranks' files
-        committed = "ok " + commit_checkpoint(staging, output_dir_, model_.config, model_.model->parameters(),
-                                              model_.dtype, config_.model.path, whole).string();
+        common::remove_tree(staging);
       } catch (const std::exception& e) {
-        failures += "\n  rank 0: " + std::string(e.what());
+        failures += "\n  rank 0, removing the unfinished checkpoint: " + std::string(e.what());
       }
+      throw std::runtime_error(failures);
     }
-    if (!failures.empty()) committed = "error" + failures;
-  }
-  committed = group_->all_gather_text(tag + "commit", committed).at(0);
-  if (committed.rfind("ok ", 0) != 0)
-    throw std::runtime_error("checkpoint at step " + std::to_string(step_) + " not saved (the previous one stays the "
-                             "latest):" + committed.substr(5));
-  return fs::path(committed.substr(3));
+    TrainingState whole = state;
+    if (optimizer_->sharded()) whole.optimizer.clear();  // in the ranks' files
+    try {
+      return commit_checkpoint(staging, output_dir_, model_.config, model_.model->parameters(), model_.dtype,
+                               config_.model.path, whole).string();
+    } catch (const std::exception& e) {
+      throw std::runtime_error("\n  rank 0: " + std::string(e.what()));
+    }
+  });
+  if (!committed.ok)
+    throw std::runtime_error(not_saved + " (the previous one stays the latest):" + committed.value);
+  return fs::path(committed.value);
 }
 
 void Run::run_eval() {

@@ -1,15 +1,15 @@
 // One optimizer step on the GPU — clipping by the global norm, AdamW, zeroing the
 // gradients — the old way (per-parameter tensors: fp32 gradient accumulators,
 // _foreach_norm + stack, at::_fused_adamw_ over lists, a copy per parameter back
-// to bf16; a copy of what trainer/adamw.cpp did before the flat buffers) against
-// the flat buffers (trainer/adamw.h: one norm kernel, one AdamW kernel, one
+// to bf16; a copy of what optim/adamw.cpp did before the flat buffers) against
+// the flat buffers (optim/adamw.h: one norm kernel, one AdamW kernel, one
 // memset), on a Llama-shaped parameter set in bf16 with fp32 masters.
 // Timed with CUDA events; writes JSON and markdown.
 //
 //   optimizer_bench [--shape llama2-7b|llama3-3b|llama3-1b] [--iters N] [--out DIR]
 #include "models/model_config.h"
 #include "models/parameter_layout.h"
-#include "trainer/adamw.h"
+#include "optim/adamw.h"
 
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
@@ -92,7 +92,7 @@ class PhaseTimer {
   std::vector<std::string> order_;
 };
 
-// The old per-parameter AdamW (trainer/adamw.cpp before the flat buffers),
+// The old per-parameter AdamW (optim/adamw.cpp before the flat buffers),
 // restricted to bf16 weights with fp32 masters, which is what it ran on the GPU.
 struct OldAdamW {
   std::vector<at::Tensor> params, grads;  // the model's bf16 weights and their gradients (as backward leaves them)
@@ -211,9 +211,9 @@ int main(int argc, char** argv) {
       names.push_back(p.name);
       params.push_back((at::randn(p.shape, bf16) * 0.02).requires_grad_(true));
     }
-    trainer::OptimizerSection o;
+    optim::OptimizerSection o;
     o.lr = lr;
-    trainer::AdamW opt(names, params, o);
+    optim::AdamW opt(names, params, o);
     const at::Tensor& grads = opt.flat().grads();
     PhaseTimer timer;
     auto fill = [&] { grads.normal_(0.0, 1e-3); };  // what backward leaves (untimed)

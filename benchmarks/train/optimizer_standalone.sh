@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The fast loop for the optimizer's kernels on the GPU machine: builds the flat-buffer
-# optimizer (trainer/flat_*, trainer/adamw.cpp, trainer/cuda/), its GPU test
+# optimizer (trainer/flat_*, optim/adamw.cpp, trainer/cuda/), its GPU test
 # (tests/trainer_gpu/flat_adamw_gpu_test.cpp) and optimizer_bench straight with
 # nvcc/g++ against the Python environment's LibTorch (no CMake, none of the rest
 # of the project: about a minute), runs the test, then the benchmark into $OUT.
@@ -20,9 +20,9 @@ NVCC="$CUDA/bin/nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -linei
 CXX="g++ -std=c++17 -O2 -fPIC -I$ROOT -isystem $TORCH/include -isystem $TORCH/include/torch/csrc/api/include
      -isystem $CUDA/include -DFPTRAIN_TRAINER_CUDA_KERNELS=1"
 pids=()
-$NVCC -c "$ROOT/trainer/cuda/flat_adamw_kernels.cu" -o "$BIN/obj/flat_adamw_kernels.o" & pids+=($!)
-$CXX -ffp-contract=off -c "$ROOT/trainer/flat_adamw.cpp" -o "$BIN/obj/flat_adamw.o" & pids+=($!)
-for f in trainer/cuda/flat_adamw_cuda.cpp trainer/flat_layout.cpp trainer/flat_parameters.cpp trainer/adamw.cpp \
+$NVCC -c "$ROOT/optim/cuda/flat_adamw_kernels.cu" -o "$BIN/obj/flat_adamw_kernels.o" & pids+=($!)
+$CXX -ffp-contract=off -c "$ROOT/optim/flat_adamw.cpp" -o "$BIN/obj/flat_adamw.o" & pids+=($!)
+for f in optim/cuda/flat_adamw_cuda.cpp optim/flat_layout.cpp optim/flat_parameters.cpp optim/adamw.cpp \
          models/parameter_layout.cpp tests/trainer_gpu/flat_adamw_gpu_test.cpp benchmarks/train/optimizer_bench.cpp; do
   $CXX -c "$ROOT/$f" -o "$BIN/obj/$(basename "$f" .cpp).o" & pids+=($!)
 done

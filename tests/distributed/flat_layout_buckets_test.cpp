@@ -1,7 +1,7 @@
 // FlatLayout with gradient buckets (bucket_elements > 0), as data parallelism
-// lays out the flat buffers: every promise of trainer/flat_layout.h checked for
+// lays out the flat buffers: every promise of optim/flat_layout.h checked for
 // many parameter lists, shard counts, alignments and bucket sizes.
-#include "trainer/flat_layout.h"
+#include "optim/flat_layout.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace fptrain::trainer {
+namespace fptrain::optim {
 namespace {
 
 using Shapes = std::vector<std::pair<std::string, std::vector<int64_t>>>;
@@ -228,4 +228,4 @@ TEST(FlatLayoutBuckets, ShardRangesRejectAShardOutsideTheLayout) {
 }
 
 }  // namespace
-}  // namespace fptrain::trainer
+}  // namespace fptrain::optim

@@ -5,8 +5,8 @@
 // the backward, reduce-scatter or all-reduce, the sharded step and its
 // all-gathers, a rank with nothing to compute, and the sharded state.
 #include "distributed/store_communicator.h"
-#include "trainer/adamw.h"
-#include "trainer/grad_reducer.h"
+#include "optim/adamw.h"
+#include "optim/grad_reducer.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -17,7 +17,7 @@
 
 #include <thread>
 
-namespace fptrain::trainer {
+namespace fptrain::optim {
 namespace {
 
 const std::vector<std::pair<std::string, std::vector<int64_t>>> kShapes = {
@@ -231,4 +231,4 @@ INSTANTIATE_TEST_SUITE_P(WorldsAndSharding, GradReducerTest,
                          });
 
 }  // namespace
-}  // namespace fptrain::trainer
+}  // namespace fptrain::optim

@@ -1,7 +1,8 @@
 // The layering written in each folder's README ("Depends on: ...") is the
 // layering of the code: every `#include "<area>/..."` of a folder must name the
 // folder itself or an area its README allows, and a folder whose README does
-// not name LibTorch includes none of its headers.
+// not name LibTorch includes none of its headers. And the files a README's
+// tables name exist (a moved file leaves no stale row behind).
 #include <gtest/gtest.h>
 
 #include <cctype>
@@ -107,6 +108,70 @@ TEST(Layout, IncludesFollowTheReadmes) {
     }
   }
   EXPECT_GT(checked, 50);  // the scan found the includes
+}
+
+// The names in the first column of a README's table rows ("| `a.{h,cpp}` |",
+// "| `b.*`, `c.h` |", "| `cuda/` |"), expanded: {x,y} alternatives; `name.*`
+// stands for any file that starts with "name.".
+std::vector<std::string> table_names(const std::string& readme) {
+  std::vector<std::string> out;
+  std::istringstream lines(readme);
+  std::string line;
+  const std::regex code("`([^`]+)`");
+  while (std::getline(lines, line)) {
+    if (line.rfind("| `", 0) != 0) continue;
+    const std::string cell = line.substr(1, line.find('|', 1) - 1);
+    for (std::sregex_iterator it(cell.begin(), cell.end(), code), end; it != end; ++it) {
+      const std::string name = (*it)[1];
+      const size_t open = name.find('{'), close = name.find('}');
+      if (open == std::string::npos || close == std::string::npos) {
+        out.push_back(name);
+        continue;
+      }
+      std::istringstream alternatives(name.substr(open + 1, close - open - 1));
+      for (std::string a; std::getline(alternatives, a, ',');)
+        out.push_back(name.substr(0, open) + a + name.substr(close + 1));
+    }
+  }
+  return out;
+}
+
+// Whether `name` (a file, a folder, or `prefix.*`) exists in `folder` or one of
+// its subfolders (a README's table may list the files of a subfolder).
+bool names_a_file(const fs::path& folder, const std::string& name) {
+  const bool any_extension = name.size() > 2 && name.compare(name.size() - 2, 2, ".*") == 0;
+  const std::string wanted = any_extension ? name.substr(0, name.size() - 1) : name;
+  auto matches = [&](const fs::path& p) {
+    const std::string rel = fs::relative(p, folder).string();
+    if (rel.size() < wanted.size()) return false;
+    const bool whole = rel.size() == wanted.size() || rel[rel.size() - wanted.size() - 1] == '/';
+    if (!any_extension) return whole && rel.compare(rel.size() - wanted.size(), wanted.size(), wanted) == 0;
+    const std::string file = p.filename().string(), stem = fs::path(wanted).filename().string();
+    return file.rfind(stem, 0) == 0;
+  };
+  if (!any_extension && fs::exists(folder / name)) return true;
+  for (auto it = fs::recursive_directory_iterator(folder); it != fs::recursive_directory_iterator(); ++it)
+    if (matches(it->path())) return true;
+  return false;
+}
+
+TEST(Layout, ReadmeTablesNameFilesThatExist) {
+  int checked = 0;
+  for (const auto& a : areas()) {
+    for (auto it = fs::recursive_directory_iterator(kRoot / a); it != fs::recursive_directory_iterator(); ++it) {
+      if (it->path().filename() != "README.md") continue;
+      const fs::path folder = it->path().parent_path();
+      for (const std::string& name : table_names(read_file(it->path()))) {
+        // Only names that look like this folder's files (a path, or a name with an extension).
+        if (name.find(' ') != std::string::npos || name.find('.') == std::string::npos) continue;
+        if (name.find('/') == std::string::npos && name.find('.') == 0) continue;
+        ++checked;
+        EXPECT_TRUE(names_a_file(folder, name))
+            << fs::relative(it->path(), kRoot).string() << " names `" << name << "`, which does not exist";
+      }
+    }
+  }
+  EXPECT_GT(checked, 50);  // the scan found the tables
 }
 
 }  // namespace

@@ -1,13 +1,13 @@
 // AdamW bookkeeping: fp32 master weights next to bf16 model weights, pure
 // low-precision mode, global-norm clipping as torch computes it, and a state
 // round trip that continues bit-identically.
-#include "trainer/adamw.h"
+#include "optim/adamw.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-namespace fptrain::trainer {
+namespace fptrain::optim {
 namespace {
 
 std::vector<at::Tensor> make_params(at::ScalarType dtype) {
@@ -120,4 +120,4 @@ TEST(TrainAdamW, LoadStateRejectsMismatchedShapes) {
 }
 
 }  // namespace
-}  // namespace fptrain::trainer
+}  // namespace fptrain::optim

@@ -1,9 +1,9 @@
 // The optimizer over flat buffers: the layout and its shard mapping, parameters
 // and gradients as views of one buffer each (autograd accumulating into them),
 // padding that stays zero, and the AdamW step against at::_fused_adamw_.
-#include "trainer/adamw.h"
-#include "trainer/flat_adamw.h"
-#include "trainer/flat_layout.h"
+#include "optim/adamw.h"
+#include "optim/flat_adamw.h"
+#include "optim/flat_layout.h"
 
 #include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
@@ -12,7 +12,7 @@
 #include <cmath>
 #include <cstring>
 
-namespace fptrain::trainer {
+namespace fptrain::optim {
 namespace {
 
 using Shapes = std::vector<std::pair<std::string, std::vector<int64_t>>>;
@@ -403,4 +403,4 @@ TEST(TrainFlatAdamW, CpuKernelsRejectMismatchedBuffers) {
 }
 
 }  // namespace
-}  // namespace fptrain::trainer
+}  // namespace fptrain::optim

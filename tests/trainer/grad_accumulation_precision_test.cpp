@@ -6,7 +6,7 @@
 #include "models/causal_lm.h"
 #include "models/init.h"
 #include "models/parameter_layout.h"
-#include "trainer/adamw.h"
+#include "optim/adamw.h"
 
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
@@ -16,6 +16,9 @@
 
 namespace fptrain::trainer {
 namespace {
+
+using optim::AdamW;
+using optim::OptimizerSection;
 
 models::ModelConfig small_config() {
   nlohmann::json j = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"},

@@ -1,17 +1,17 @@
 // The flat-buffer optimizer kernels (trainer/cuda/) against the CPU reference
-// path (trainer/flat_adamw.cpp) on random data: the AdamW step bit for bit
+// path (optim/flat_adamw.cpp) on random data: the AdamW step bit for bit
 // (bf16 and fp16 weights with fp32 masters, fp32 weights, bf16 without masters;
 // with and without an fp32 accumulator and a clip coefficient; 16-byte aligned
 // buffers and misaligned ones with a ragged end), the gradient norm to fp32
 // summation error and deterministic, the fp32 accumulation bit for bit; and an
 // AdamW over CUDA parameters equal to one over the same parameters on the CPU.
-#include "trainer/adamw.h"
-#include "trainer/flat_adamw.h"
+#include "optim/adamw.h"
+#include "optim/flat_adamw.h"
 
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
-namespace fptrain::trainer {
+namespace fptrain::optim {
 namespace {
 
 const at::Device kCuda(at::kCUDA, 0);
@@ -197,4 +197,4 @@ TEST(TrainFlatAdamWGpu, AdamWOnCudaEqualsAdamWOnCpu) {
 }
 
 }  // namespace
-}  // namespace fptrain::trainer
+}  // namespace fptrain::optim

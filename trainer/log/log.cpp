@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <memory>
+#include <mutex>
 
 namespace fptrain::trainer::log {
 namespace {
@@ -12,11 +13,8 @@ namespace {
 std::string pattern = "[%H:%M:%S] %^%l%$ %v";
 
 void setup_once() {
-  static const bool done = [] {
-    spdlog::set_pattern(pattern);
-    return true;
-  }();
-  (void)done;
+  static std::once_flag once;
+  std::call_once(once, [] { spdlog::set_pattern(pattern); });
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // The model's parameters and their gradients in two flat buffers (layout:
-// trainer/flat_layout.h).
+// optim/flat_layout.h).
 //
 // Construction takes over the model's parameter tensors: their values move into
 // one weight buffer and each tensor's data becomes a view of its segment
@@ -20,13 +20,13 @@
 // gradient": its segment is zeroed.
 #pragma once
 
-#include "trainer/flat_layout.h"
+#include "optim/flat_layout.h"
 
 #include <ATen/ATen.h>
 
 #include <vector>
 
-namespace fptrain::trainer {
+namespace fptrain::optim {
 
 class FlatParameters {
  public:
@@ -71,4 +71,4 @@ class FlatParameters {
   at::Tensor weights_, grads_;
 };
 
-}  // namespace fptrain::trainer
+}  // namespace fptrain::optim

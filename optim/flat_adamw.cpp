@@ -1,14 +1,14 @@
 // CPU reference of the flat-buffer optimizer operations, and the dispatch to the
-// CUDA kernels. Compiled with -ffp-contract=off (trainer/CMakeLists.txt): the
+// CUDA kernels. Compiled with -ffp-contract=off (optim/CMakeLists.txt): the
 // per-element arithmetic must round exactly as written in flat_adamw_math.h.
-#include "trainer/flat_adamw.h"
+#include "optim/flat_adamw.h"
 
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
-#ifdef FPTRAIN_TRAINER_CUDA_KERNELS
-#include "trainer/cuda/flat_adamw_cuda.h"
+#ifdef FPTRAIN_OPTIM_CUDA_KERNELS
+#include "optim/cuda/flat_adamw_cuda.h"
 #endif
 
 #include <array>
@@ -17,7 +17,7 @@
 #include <type_traits>
 #include <vector>
 
-namespace fptrain::trainer::flat {
+namespace fptrain::optim::flat {
 namespace {
 
 constexpr int64_t kStepGrain = 1 << 14;
@@ -156,7 +156,7 @@ void aten_step(const at::Tensor& weights, const at::Tensor& master, const at::Te
 }  // namespace
 
 bool cuda_kernels_built() {
-#ifdef FPTRAIN_TRAINER_CUDA_KERNELS
+#ifdef FPTRAIN_OPTIM_CUDA_KERNELS
   return true;
 #else
   return false;
@@ -176,7 +176,7 @@ void grad_norm(const at::Tensor& grads, const at::Tensor& accum, double max_norm
       throw std::invalid_argument("flat optimizer: norm and coef must be fp32 scalars on the gradients' device");
   }
   if (grads.is_cuda()) {
-#ifdef FPTRAIN_TRAINER_CUDA_KERNELS
+#ifdef FPTRAIN_OPTIM_CUDA_KERNELS
     cuda::grad_norm(grads, accum, max_norm, norm, coef);
 #else
     aten_grad_norm(grads, accum, max_norm, norm, coef);
@@ -220,7 +220,7 @@ void adamw_step(const at::Tensor& weights, const at::Tensor& master, const at::T
   const AdamWScalars s =
       make_adamw_scalars(hyper.lr, hyper.beta1, hyper.beta2, hyper.eps, hyper.weight_decay, hyper.step);
   if (grads.is_cuda()) {
-#ifdef FPTRAIN_TRAINER_CUDA_KERNELS
+#ifdef FPTRAIN_OPTIM_CUDA_KERNELS
     cuda::adamw_step(weights, master, exp_avg, exp_avg_sq, grads, accum, coef, s);
 #else
     aten_step(weights, master, exp_avg, exp_avg_sq, grads, accum, coef, hyper);
@@ -248,7 +248,7 @@ void accumulate(const at::Tensor& accum, const at::Tensor& grads) {
   check_buffer(accum, "the fp32 accumulator", grads);
   check_dtype(accum, at::kFloat, "the fp32 accumulator");
   if (grads.is_cuda()) {
-#ifdef FPTRAIN_TRAINER_CUDA_KERNELS
+#ifdef FPTRAIN_OPTIM_CUDA_KERNELS
     cuda::accumulate(accum, grads);
 #else
     accum.add_(grads);
@@ -264,4 +264,4 @@ void accumulate(const at::Tensor& accum, const at::Tensor& grads) {
   dispatch_model_dtype(grads.scalar_type(), [&](auto tag) { cpu_accumulate<decltype(tag)>(accum, grads); });
 }
 
-}  // namespace fptrain::trainer::flat
+}  // namespace fptrain::optim::flat

@@ -1,4 +1,4 @@
-// AdamW over flat buffers (trainer/flat_layout.h, trainer/flat_parameters.h).
+// AdamW over flat buffers (optim/flat_layout.h, optim/flat_parameters.h).
 //
 // The model's parameters become views of one weight buffer and their gradients
 // views of one gradient buffer, into which autograd accumulates every
@@ -19,9 +19,9 @@
 #pragma once
 
 #include "distributed/communicator.h"
-#include "trainer/comm_clock.h"
-#include "trainer/config.h"
-#include "trainer/flat_parameters.h"
+#include "distributed/comm_clock.h"
+#include "optim/optimizer_section.h"
+#include "optim/flat_parameters.h"
 
 #include <ATen/ATen.h>
 
@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-namespace fptrain::trainer {
+namespace fptrain::optim {
 
 // How the optimizer takes part in data parallelism.
 struct DataParallelSpec {
@@ -75,7 +75,7 @@ class AdamW {
   // for the gathers here: the next forward waits for each bucket just before it
   // reads it (wait_for_weights), so the gathers overlap the remaining updates and
   // the next step's first layers. Waits are bracketed by `clock` when given.
-  void step(double lr, CommClock* clock = nullptr);
+  void step(double lr, distributed::CommClock* clock = nullptr);
   // Makes the current stream wait for the pending all-gathers of every bucket
   // that starts before flat element `end` (all of them: wait_for_all_weights).
   // Anything that reads the weights after step() must call one of them.
@@ -128,7 +128,7 @@ class AdamW {
     distributed::Pending work;
   };
   std::deque<PendingGather> gathers_;  // in flat order
-  CommClock* clock_ = nullptr;
+  distributed::CommClock* clock_ = nullptr;
 
   std::vector<std::string> names_;
   OptimizerSection options_;
@@ -145,4 +145,4 @@ class AdamW {
   int64_t steps_taken_ = 0;
 };
 
-}  // namespace fptrain::trainer
+}  // namespace fptrain::optim

@@ -1,8 +1,8 @@
 // The flat-buffer optimizer kernels (see flat_adamw_kernels.h). Each is one pass
 // over memory: a thread handles 8 consecutive elements with 16-byte loads and
 // stores (a scalar variant serves buffers that are not 16-byte aligned), and the
-// per-element arithmetic is trainer/flat_adamw_math.h, shared with the CPU path.
-#include "trainer/cuda/flat_adamw_kernels.h"
+// per-element arithmetic is optim/flat_adamw_math.h, shared with the CPU path.
+#include "optim/cuda/flat_adamw_kernels.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -12,7 +12,7 @@
 #include <string>
 #include <type_traits>
 
-namespace fptrain::trainer::cuda {
+namespace fptrain::optim::cuda {
 namespace {
 
 constexpr int kThreads = 256;
@@ -20,7 +20,7 @@ constexpr int kVec = 8;  // elements per thread in the vector variants
 
 void check(cudaError_t err, const char* what) {
   if (err != cudaSuccess)
-    throw std::runtime_error(std::string("trainer/cuda: ") + what + ": " + cudaGetErrorString(err));
+    throw std::runtime_error(std::string("optim/cuda: ") + what + ": " + cudaGetErrorString(err));
 }
 
 bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -150,7 +150,7 @@ template <typename P>
 void dispatch_step(const StepArgs& a, cudaStream_t stream) {
   const bool master = a.master != nullptr, accum = a.accum != nullptr;
   if constexpr (std::is_same_v<P, float>) {
-    if (master) throw std::invalid_argument("trainer/cuda: fp32 master weights for fp32 weights");
+    if (master) throw std::invalid_argument("optim/cuda: fp32 master weights for fp32 weights");
     if (accum) launch_step<P, false, true>(a, stream);
     else launch_step<P, false, false>(a, stream);
   } else {
@@ -317,4 +317,4 @@ void flat_accumulate(float* accum, void* grads, Dtype dtype, int64_t n, cudaStre
   }
 }
 
-}  // namespace fptrain::trainer::cuda
+}  // namespace fptrain::optim::cuda

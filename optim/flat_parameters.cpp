@@ -1,4 +1,4 @@
-#include "trainer/flat_parameters.h"
+#include "optim/flat_parameters.h"
 
 #include <c10/core/GradMode.h>
 
@@ -6,14 +6,8 @@
 #include <stdexcept>
 #include <string>
 
-namespace fptrain::trainer {
+namespace fptrain::optim {
 namespace {
-
-std::string shape_text(at::IntArrayRef s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
 
 }  // namespace
 
@@ -32,8 +26,8 @@ FlatParameters::FlatParameters(FlatLayout layout, std::vector<at::Tensor> params
       throw std::invalid_argument("FlatParameters: all parameters must share one dtype and device ('" + segs[i].name +
                                   "' differs)");
     if (p.sizes() != at::IntArrayRef(segs[i].shape))
-      throw std::invalid_argument("FlatParameters: '" + segs[i].name + "' has shape " + shape_text(p.sizes()) +
-                                  ", the layout says " + shape_text(segs[i].shape));
+      throw std::invalid_argument("FlatParameters: '" + segs[i].name + "' has shape " + c10::str(at::IntArrayRef(p.sizes())) +
+                                  ", the layout says " + c10::str(at::IntArrayRef(segs[i].shape)));
   }
   c10::NoGradGuard no_grad;
   // Zeros: the padding between and after segments stays zero for good.
@@ -117,4 +111,4 @@ void FlatParameters::keep_on_zero(const std::vector<const at::Tensor*>& kept) {
   if (layout_.total() > begin) zero_ranges_.emplace_back(begin, layout_.total());
 }
 
-}  // namespace fptrain::trainer
+}  // namespace fptrain::optim

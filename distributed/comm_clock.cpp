@@ -1,8 +1,8 @@
-#include "trainer/comm_clock.h"
+#include "distributed/comm_clock.h"
 
 #include <ATen/cuda/CUDAEvent.h>
 
-namespace fptrain::trainer {
+namespace fptrain::distributed {
 namespace {
 
 using Events = std::vector<std::pair<std::shared_ptr<at::cuda::CUDAEvent>, std::shared_ptr<at::cuda::CUDAEvent>>>;
@@ -64,4 +64,4 @@ std::shared_ptr<const CommTiming> CommClock::take() {
   return t;
 }
 
-}  // namespace fptrain::trainer
+}  // namespace fptrain::distributed

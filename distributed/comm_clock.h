@@ -11,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-namespace fptrain::trainer {
+namespace fptrain::distributed {
 
 // The exposed time of one step, read when needed (may synchronize with the device).
 class CommTiming {
@@ -36,4 +36,4 @@ class CommClock {
   std::shared_ptr<void> events_;  // CUDA: the step's event pairs (comm_clock.cpp)
 };
 
-}  // namespace fptrain::trainer
+}  // namespace fptrain::distributed

@@ -1,13 +1,13 @@
-// Entry points from trainer/flat_adamw.cpp to the CUDA kernels, on tensors
+// Entry points from optim/flat_adamw.cpp to the CUDA kernels, on tensors
 // that flat_adamw.cpp has already checked (1-D, contiguous, same length, one
 // CUDA device). Present only in builds with FPTRAIN_CUDA.
 #pragma once
 
-#include "trainer/flat_adamw_math.h"
+#include "optim/flat_adamw_math.h"
 
 #include <ATen/ATen.h>
 
-namespace fptrain::trainer::cuda {
+namespace fptrain::optim::cuda {
 
 void grad_norm(const at::Tensor& grads, const at::Tensor& accum, double max_norm, const at::Tensor& norm,
                const at::Tensor& coef);
@@ -16,4 +16,4 @@ void adamw_step(const at::Tensor& weights, const at::Tensor& master, const at::T
                 const at::Tensor& coef, const flat::AdamWScalars& scalars);
 void accumulate(const at::Tensor& accum, const at::Tensor& grads);
 
-}  // namespace fptrain::trainer::cuda
+}  // namespace fptrain::optim::cuda

@@ -18,12 +18,12 @@
 #pragma once
 
 #include "distributed/communicator.h"
-#include "trainer/flat_parameters.h"
+#include "optim/flat_parameters.h"
 
 #include <cstdint>
 #include <vector>
 
-namespace fptrain::trainer {
+namespace fptrain::optim {
 
 class GradReducer {
  public:
@@ -56,4 +56,4 @@ class GradReducer {
   std::vector<distributed::Pending> pending_;
 };
 
-}  // namespace fptrain::trainer
+}  // namespace fptrain::optim

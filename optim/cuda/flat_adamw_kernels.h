@@ -1,16 +1,16 @@
-// CUDA kernels over the optimizer's flat buffers (trainer/flat_layout.h): the
+// CUDA kernels over the optimizer's flat buffers (optim/flat_layout.h): the
 // global gradient norm with the clip coefficient, the AdamW step, and the fp32
-// gradient accumulation. Raw pointers and a stream; trainer/flat_adamw.cpp
+// gradient accumulation. Raw pointers and a stream; optim/flat_adamw.cpp
 // checks the tensors and calls these. Free of LibTorch.
 #pragma once
 
-#include "trainer/flat_adamw_math.h"
+#include "optim/flat_adamw_math.h"
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
-namespace fptrain::trainer::cuda {
+namespace fptrain::optim::cuda {
 
 enum class Dtype { kFloat32, kBFloat16, kFloat16 };
 
@@ -55,4 +55,4 @@ void flat_grad_norm(const NormArgs& args, cudaStream_t stream);
 // accum += grads; grads = 0 (one pass; n elements).
 void flat_accumulate(float* accum, void* grads, Dtype dtype, int64_t n, cudaStream_t stream);
 
-}  // namespace fptrain::trainer::cuda
+}  // namespace fptrain::optim::cuda

@@ -1,11 +1,11 @@
-#include "trainer/grad_reducer.h"
+#include "optim/grad_reducer.h"
 
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include <stdexcept>
 
-namespace fptrain::trainer {
+namespace fptrain::optim {
 namespace {
 
 struct ReadyHook : torch::autograd::PostAccumulateGradHook {
@@ -69,4 +69,4 @@ void GradReducer::finish() {
   armed_ = false;
 }
 
-}  // namespace fptrain::trainer
+}  // namespace fptrain::optim

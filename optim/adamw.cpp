@@ -1,6 +1,6 @@
-#include "trainer/adamw.h"
+#include "optim/adamw.h"
 
-#include "trainer/flat_adamw.h"
+#include "optim/flat_adamw.h"
 
 #include <ATen/record_function.h>
 #include <c10/core/GradMode.h>
@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
-namespace fptrain::trainer {
+namespace fptrain::optim {
 namespace {
 
 std::string describe(const at::Tensor& t) {
@@ -112,7 +112,7 @@ at::Tensor AdamW::clip_grad_norm(double max_norm) {
   return norm;
 }
 
-void AdamW::step(double lr, CommClock* clock) {
+void AdamW::step(double lr, distributed::CommClock* clock) {
   RECORD_USER_SCOPE("fptrain::optimizer_step");
   c10::NoGradGuard no_grad;
   flat_->collect_grads();
@@ -280,4 +280,4 @@ void AdamW::all_gather_weights(const std::vector<size_t>& buckets) {
   for (auto& g : gathers) g.wait();
 }
 
-}  // namespace fptrain::trainer
+}  // namespace fptrain::optim

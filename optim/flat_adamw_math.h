@@ -1,5 +1,5 @@
 // The arithmetic of one AdamW element, shared by the CPU reference path
-// (trainer/flat_adamw.cpp) and the CUDA kernel (trainer/cuda/flat_adamw_kernels.cu),
+// (optim/flat_adamw.cpp) and the CUDA kernel (optim/cuda/flat_adamw_kernels.cu),
 // so that both round identically. Free of LibTorch.
 //
 // It is torch's fused AdamW (at::_fused_adamw_, the CPU kernel's vectorized path,
@@ -28,7 +28,7 @@
 #define FPTRAIN_FLAT_HD inline
 #endif
 
-namespace fptrain::trainer::flat {
+namespace fptrain::optim::flat {
 
 // The per-step constants of the update (host-computed; see make_adamw_scalars).
 struct AdamWScalars {
@@ -105,4 +105,4 @@ FPTRAIN_FLAT_HD float clip_coefficient(float norm, float max_norm) {
   return c > 1.0f ? 1.0f : c;
 }
 
-}  // namespace fptrain::trainer::flat
+}  // namespace fptrain::optim::flat

@@ -1,8 +1,8 @@
 // The ATen side of the flat-buffer kernels: the current stream, the scratch
 // buffers of the norm kernel, dtype mapping. Compiled only with FPTRAIN_CUDA.
-#include "trainer/cuda/flat_adamw_cuda.h"
+#include "optim/cuda/flat_adamw_cuda.h"
 
-#include "trainer/cuda/flat_adamw_kernels.h"
+#include "optim/cuda/flat_adamw_kernels.h"
 
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
-namespace fptrain::trainer::cuda {
+namespace fptrain::optim::cuda {
 namespace {
 
 Dtype dtype_of(const at::Tensor& t) {
@@ -19,7 +19,7 @@ Dtype dtype_of(const at::Tensor& t) {
     case at::kFloat: return Dtype::kFloat32;
     case at::kBFloat16: return Dtype::kBFloat16;
     case at::kHalf: return Dtype::kFloat16;
-    default: throw std::invalid_argument("trainer/cuda: unsupported dtype " + std::string(c10::toString(t.scalar_type())));
+    default: throw std::invalid_argument("optim/cuda: unsupported dtype " + std::string(c10::toString(t.scalar_type())));
   }
 }
 
@@ -91,4 +91,4 @@ void accumulate(const at::Tensor& accum, const at::Tensor& grads) {
                   at::cuda::getCurrentCUDAStream());
 }
 
-}  // namespace fptrain::trainer::cuda
+}  // namespace fptrain::optim::cuda

@@ -1,15 +1,15 @@
-// The optimizer's operations over flat buffers (trainer/flat_layout.h): 1-D,
+// The optimizer's operations over flat buffers (optim/flat_layout.h): 1-D,
 // contiguous, one length n, on one device. On CUDA each is one kernel of
-// trainer/cuda/ (an ATen fallback when the build has no CUDA kernels); on the
+// optim/cuda/ (an ATen fallback when the build has no CUDA kernels); on the
 // CPU a reference implementation in C++ with the same per-element arithmetic
-// (trainer/flat_adamw_math.h), so the two agree bit for bit on the update.
+// (optim/flat_adamw_math.h), so the two agree bit for bit on the update.
 #pragma once
 
-#include "trainer/flat_adamw_math.h"
+#include "optim/flat_adamw_math.h"
 
 #include <ATen/ATen.h>
 
-namespace fptrain::trainer::flat {
+namespace fptrain::optim::flat {
 
 // The configured hyperparameters and the step being taken (1 for the first).
 struct AdamWHyper {
@@ -43,4 +43,4 @@ void accumulate(const at::Tensor& accum, const at::Tensor& grads);
 // Whether the CUDA kernels are in this build (else CUDA tensors take the ATen fallback).
 bool cuda_kernels_built();
 
-}  // namespace fptrain::trainer::flat
+}  // namespace fptrain::optim::flat

@@ -1,9 +1,9 @@
-#include "trainer/flat_layout.h"
+#include "optim/flat_layout.h"
 
 #include <algorithm>
 #include <stdexcept>
 
-namespace fptrain::trainer {
+namespace fptrain::optim {
 namespace {
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -86,4 +86,4 @@ int64_t FlatLayout::segment_at(int64_t i) const {
   return i < it->offset + it->numel ? static_cast<int64_t>(it - segments_.begin()) : -1;
 }
 
-}  // namespace fptrain::trainer
+}  // namespace fptrain::optim

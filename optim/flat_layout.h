@@ -34,7 +34,7 @@
 #include <utility>
 #include <vector>
 
-namespace fptrain::trainer {
+namespace fptrain::optim {
 
 struct FlatSegment {
   std::string name;
@@ -101,4 +101,4 @@ class FlatLayout {
   int64_t numel_ = 0;
 };
 
-}  // namespace fptrain::trainer
+}  // namespace fptrain::optim

@@ -1,0 +1,76 @@
+// The operations a decoder layer is written in, as an interchangeable set
+// (llama.cpp's build_norm / build_attn / build_ffn, torchtitan's pure model):
+// CausalLM::decoder_layer is the maths over `const DecoderOps&`, and each
+// mechanism is a set or a decorator applied from outside:
+//
+//   AtenOps         ATen operations, the Hugging Face parity reference (any device)
+//   FusedCudaOps    the fused CUDA kernels of models/fused_ops.h (sm_90)
+//   RecomputeOps    a decorator for an activation checkpoint's recomputation
+//                   (models/recompute_ops.h)
+//
+// Either base set sends the projections' weight gradients to the trainer's
+// flat buffer when given GradSinks (models/grad_sinks.h).
+#pragma once
+
+#include "attention/varlen_attention.h"
+#include "models/fused_ops.h"
+#include "models/grad_sink_linear.h"
+#include "models/rope.h"
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+
+namespace fptrain::models {
+
+class GradSinks;
+
+// The projections of a decoder layer, in parameter order.
+enum class ProjectionRole : uint8_t { kQ, kK, kV, kO, kGate, kUp, kDown };
+inline constexpr int64_t kProjectionsPerLayer = 7;
+
+// One linear projection: its weight, optional bias (null when absent), and
+// its slot (layer * kProjectionsPerLayer + role) for per-projection state.
+struct Projection {
+  const at::Tensor* weight = nullptr;
+  const at::Tensor* bias = nullptr;
+  int64_t slot = 0;
+  ProjectionRole role() const { return static_cast<ProjectionRole>(slot % kProjectionsPerLayer); }
+  // o and down: their output feeds only a residual add.
+  bool feeds_residual() const { return role() == ProjectionRole::kO || role() == ProjectionRole::kDown; }
+};
+
+class DecoderOps : public std::enable_shared_from_this<DecoderOps> {
+ public:
+  virtual ~DecoderOps() = default;
+
+  // RMSNorm of x with weight.
+  virtual at::Tensor norm(const at::Tensor& x, const at::Tensor& weight, double eps) const = 0;
+  // sum = residual + update * scale (residual + update when the scale is 1), normed = norm(sum).
+  virtual AddRmsNormOutput add_norm(const at::Tensor& residual, const at::Tensor& update, const at::Tensor& weight,
+                                    double eps, double scale) const = 0;
+  // x [T, in] @ weight^T (+ bias).
+  virtual at::Tensor linear(const at::Tensor& x, const Projection& p) const = 0;
+  // RoPE on q [T, Hq, D] and k [T, Hk, D].
+  virtual RotaryOutput rotary(const at::Tensor& q, const at::Tensor& k, const RotaryTables& tables) const = 0;
+  // Varlen attention over the packed examples: [T, Hq, D].
+  virtual at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               const attention::VarlenSpec& spec) const = 0;
+  // The gated MLP activation: silu(gate) * up.
+  virtual at::Tensor gated_activation(const at::Tensor& gate, const at::Tensor& up) const = 0;
+
+  // What the base sets share, for decorators.
+  virtual attention::Backend backend() const = 0;
+  virtual GradSink* sink(const Projection& p) const = 0;  // null: plain autograd for the weight
+};
+
+// residual + update * scale, written as the model writes it (no multiply when the scale is 1).
+at::Tensor residual_add(const at::Tensor& residual, const at::Tensor& update, double scale);
+
+// The set a model runs with: fused where the kernels run on `device` and
+// `fused` asks for them, else ATen; `sinks` may be null.
+std::shared_ptr<const DecoderOps> make_decoder_ops(const at::Device& device, bool fused, attention::Backend backend,
+                                                   std::shared_ptr<GradSinks> sinks = nullptr);
+
+}  // namespace fptrain::models

@@ -1,0 +1,23 @@
+#include "models/fused_cuda_ops.h"
+
+namespace fptrain::models {
+
+at::Tensor FusedCudaOps::norm(const at::Tensor& x, const at::Tensor& weight, double eps) const {
+  return fused_rms_norm(x, weight, eps, FusedPath::kCuda);
+}
+
+AddRmsNormOutput FusedCudaOps::add_norm(const at::Tensor& residual, const at::Tensor& update,
+                                        const at::Tensor& weight, double eps, double scale) const {
+  // sum is saved for the backward: not modified later.
+  return fused_add_rms_norm(residual, update, weight, eps, scale, FusedPath::kCuda);
+}
+
+RotaryOutput FusedCudaOps::rotary(const at::Tensor& q, const at::Tensor& k, const RotaryTables& tables) const {
+  return fused_rotary(q, k, tables, FusedPath::kCuda);
+}
+
+at::Tensor FusedCudaOps::gated_activation(const at::Tensor& gate, const at::Tensor& up) const {
+  return fused_swiglu(gate, up, FusedPath::kCuda);
+}
+
+}  // namespace fptrain::models

@@ -1,0 +1,39 @@
+#include "models/grad_sinks.h"
+
+#include <c10/core/GradMode.h>
+
+#include <stdexcept>
+
+namespace fptrain::models {
+
+GradSinks::GradSinks(const std::vector<Projection>& projections) : sinks_(projections.size()) {
+  for (const Projection& p : projections) {
+    const at::Tensor& w = *p.weight;
+    if (!w.grad().defined() || w.grad().sizes() != w.sizes() || !w.grad().is_contiguous())
+      throw std::logic_error("GradSinks: a projection weight has no contiguous .grad view");
+    if (p.slot < 0 || p.slot >= static_cast<int64_t>(sinks_.size()))
+      throw std::logic_error("GradSinks: projection slots must be 0..n-1");
+    sinks_[static_cast<size_t>(p.slot)] = GradSink{p.weight, w.grad(), false};
+  }
+}
+
+void GradSinks::begin_step() {
+  for (GradSink& s : sinks_) s.written = false;
+}
+
+void GradSinks::finish_step() {
+  c10::NoGradGuard no_grad;
+  for (GradSink& s : sinks_)
+    if (!s.written) {
+      s.grad.zero_();  // no backward reached it this step: its gradient is zero, not last step's
+      s.written = true;
+    }
+}
+
+std::vector<const at::Tensor*> GradSinks::params() const {
+  std::vector<const at::Tensor*> out;
+  for (const GradSink& s : sinks_) out.push_back(s.param);
+  return out;
+}
+
+}  // namespace fptrain::models
