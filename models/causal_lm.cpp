@@ -1,5 +1,6 @@
 // The decoder, top-down. Every step mirrors Hugging Face's LlamaForCausalLM
-// (Mistral adds a sliding window, Granite four multipliers), in the same
+// (Mistral adds a sliding window, Granite four multipliers, Qwen2 q/k/v biases
+// and windows by layer, Qwen3 an RMSNorm of each q and k head), in the same
 // operation order and precision, so logits and gradients agree to rounding:
 //
 //   x = embed(ids) * embedding_multiplier
@@ -85,12 +86,14 @@ CausalLM::CausalLM(ModelConfig config, TensorMap parameters, attention::Backend 
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     const std::string a = p + "self_attn.", m = p + "mlp.";
-    const bool ab = config_.attention_bias, mb = config_.mlp_bias;
+    const bool qkv = config_.qkv_bias, ob = config_.attention_bias, mb = config_.mlp_bias;
     LayerWeights w{&weight(p + "input_layernorm.weight"), &weight(p + "post_attention_layernorm.weight")};
-    w.q = projection(a + "q_proj", ab);  // in ProjectionRole order
-    w.k = projection(a + "k_proj", ab);
-    w.v = projection(a + "v_proj", ab);
-    w.o = projection(a + "o_proj", ab);
+    w.q = projection(a + "q_proj", qkv);  // in ProjectionRole order
+    w.k = projection(a + "k_proj", qkv);
+    w.v = projection(a + "v_proj", qkv);
+    w.o = projection(a + "o_proj", ob);
+    w.q_norm = optional(a + "q_norm.weight", config_.qk_norm);
+    w.k_norm = optional(a + "k_norm.weight", config_.qk_norm);
     w.gate = projection(m + "gate_proj", mb);
     w.up = projection(m + "up_proj", mb);
     w.down = projection(m + "down_proj", mb);
@@ -125,7 +128,7 @@ attention::VarlenSpec CausalLM::attention_spec(const PackedInput& in) const {
   spec.cu_seqlens = in.cu_seqlens;
   spec.max_seqlen = in.max_seqlen;
   spec.causal = true;
-  spec.window = config_.sliding_window.value_or(0);
+  spec.window = 0;  // per layer: decoder_layer sets the layer's window
   spec.softmax_scale = config_.softmax_scale();
   if (in.cu_seqlens_cpu.defined()) {
     spec.cu_seqlens_cpu = in.cu_seqlens_cpu;
@@ -153,9 +156,11 @@ at::Tensor CausalLM::hidden_states(const PackedInput& in) const {
   if (config_.embedding_multiplier != 1.0) x = x * config_.embedding_multiplier;
   for (int64_t layer = 0; layer < config_.num_hidden_layers; ++layer) {
     if (before_stage_) before_stage_(layer);
+    attention::VarlenSpec layer_spec = spec;
+    layer_spec.window = config_.window(layer);
     // Captures by value: a recomputing runner calls it again during the backward.
-    const BlockFn run = [this, layer, rope, spec](const at::Tensor& h, const DecoderOps& o) {
-      return decoder_layer(layer, h, rope, spec, o);
+    const BlockFn run = [this, layer, rope, layer_spec](const at::Tensor& h, const DecoderOps& o) {
+      return decoder_layer(layer, h, rope, layer_spec, o);
     };
     x = layer_runner_ ? layer_runner_(layer, x, ops, run) : run(x, ops);
   }
@@ -178,8 +183,12 @@ at::Tensor CausalLM::self_attention(const LayerWeights& w, const at::Tensor& x, 
                                     const attention::VarlenSpec& spec, const DecoderOps& ops) const {
   const int64_t T = x.size(0), D = config_.head_dim;
   const int64_t Hq = config_.num_attention_heads, Hkv = config_.num_key_value_heads;
-  const at::Tensor q = ops.linear(x, w.q).view({T, Hq, D});
-  const at::Tensor k = ops.linear(x, w.k).view({T, Hkv, D});
+  at::Tensor q = ops.linear(x, w.q).view({T, Hq, D});
+  at::Tensor k = ops.linear(x, w.k).view({T, Hkv, D});
+  if (w.q_norm) {  // Qwen3: each head's RMSNorm before RoPE
+    q = ops.norm(q, *w.q_norm, config_.rms_norm_eps);
+    k = ops.norm(k, *w.k_norm, config_.rms_norm_eps);
+  }
   const RotaryOutput qk = ops.rotary(q, k, rope);
   const at::Tensor v = ops.linear(x, w.v).view({T, Hkv, D});
   const at::Tensor out = ops.attention(qk.q, qk.k, v, spec);  // [T, Hq, D]

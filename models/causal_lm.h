@@ -1,4 +1,4 @@
-// The decoder-only language model that serves Llama, Mistral and Granite.
+// The decoder-only language model that serves Llama, Mistral, Granite, Qwen2 and Qwen3.
 // Input is packed: token ids [T] with no batch dimension, boundaries in cu_seqlens.
 #pragma once
 
@@ -105,6 +105,7 @@ class CausalLM {
   struct LayerWeights {
     const at::Tensor *input_norm, *post_norm;
     Projection q, k, v, o, gate, up, down;
+    const at::Tensor *q_norm = nullptr, *k_norm = nullptr;  // Qwen3
   };
   at::Tensor decoder_layer(int64_t layer, const at::Tensor& x, const RotaryTables& rope,
                            const attention::VarlenSpec& spec, const DecoderOps& ops) const;

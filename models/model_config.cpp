@@ -1,5 +1,5 @@
 // config.json -> ModelConfig, following the defaults of transformers'
-// LlamaConfig, MistralConfig and GraniteConfig and its RoPE standardisation
+// LlamaConfig, MistralConfig, GraniteConfig, Qwen2Config and Qwen3Config and its RoPE standardisation
 // (modeling_rope_utils): a v4 `rope_scaling` dict wins over `rope_parameters`,
 // `type` is an old spelling of `rope_type`, a top-level `rope_theta` fills in a
 // missing one, and llama3's original_max_position_embeddings falls back to
@@ -10,6 +10,7 @@
 
 #include "common/json_input.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <fstream>
@@ -135,6 +136,8 @@ constexpr ArchitectureInfo kArchitectures[] = {
     {"LlamaForCausalLM", "llama", Family::kLlama, 2048},
     {"MistralForCausalLM", "mistral", Family::kMistral, 4096 * 32},
     {"GraniteForCausalLM", "granite", Family::kGranite, 2048},
+    {"Qwen2ForCausalLM", "qwen2", Family::kQwen2, 32768},
+    {"Qwen3ForCausalLM", "qwen3", Family::kQwen3, 32768},
 };
 
 std::string supported_architectures() {
@@ -159,7 +162,7 @@ const ArchitectureInfo& resolve_architecture(const json& doc, const KeyReader& k
     const std::string type = keys.string("model_type", "");
     for (const auto& a : kArchitectures)
       if (type == a.model_type) return a;
-    keys.fail("model_type", "unsupported model_type; supported: llama, mistral, granite");
+    keys.fail("model_type", "unsupported model_type; supported: llama, mistral, granite, qwen2, qwen3");
   }
   keys.fail("architectures", "neither 'architectures' nor 'model_type' is given");
 }
@@ -169,6 +172,8 @@ std::string family_key_prefix(Family f) {
     case Family::kLlama: return "Llama";
     case Family::kMistral: return "Mistral";
     case Family::kGranite: return "Granite";
+    case Family::kQwen2: return "Qwen2";
+    case Family::kQwen3: return "Qwen3";
   }
   return "?";
 }
@@ -227,6 +232,35 @@ RopeConfig parse_rope(const json& doc, const KeyReader& top, int64_t max_positio
   return rope;
 }
 
+// Qwen2 and Qwen3: the window is sliding_window when use_sliding_window is
+// set; which layers slide comes from layer_types, else the layers from
+// max_window_layers on (the configs' __post_init__).
+void parse_qwen_windows(const json& doc, const KeyReader& keys, ModelConfig& c) {
+  if (keys.boolean("use_sliding_window", false))
+    c.sliding_window = !doc.contains("sliding_window") ? std::optional<int64_t>(4096)
+                       : keys.has("sliding_window")    ? std::optional<int64_t>(keys.positive("sliding_window"))
+                                                       : std::nullopt;
+  c.sliding_layers.assign(static_cast<size_t>(c.num_hidden_layers), false);
+  if (keys.has("layer_types")) {
+    const json& types = doc.at("layer_types");
+    if (!types.is_array() || static_cast<int64_t>(types.size()) != c.num_hidden_layers)
+      keys.fail("layer_types", "expected a list of " + std::to_string(c.num_hidden_layers) + " layer types");
+    for (size_t i = 0; i < types.size(); ++i) {
+      const std::string t = types[i].is_string() ? types[i].get<std::string>() : "";
+      if (t != "full_attention" && t != "sliding_attention")
+        keys.fail("layer_types", "entry " + std::to_string(i) + ": expected full_attention or sliding_attention");
+      c.sliding_layers[i] = t == "sliding_attention";
+    }
+  } else if (c.sliding_window) {
+    const int64_t first = keys.integer("max_window_layers", 28);
+    for (int64_t l = std::max<int64_t>(first, 0); l < c.num_hidden_layers; ++l) c.sliding_layers[static_cast<size_t>(l)] = true;
+  }
+  const bool any = std::find(c.sliding_layers.begin(), c.sliding_layers.end(), true) != c.sliding_layers.end();
+  if (any && !c.sliding_window)
+    keys.fail("layer_types", "has sliding_attention layers but no window (use_sliding_window is false or "
+                             "sliding_window null): transformers cannot run such a model");
+}
+
 std::string parse_dtype(const KeyReader& keys) {
   // v5 writes "dtype", v4 "torch_dtype"; absent means the weights are float32.
   const std::string key = keys.has("dtype") ? "dtype" : "torch_dtype";
@@ -259,16 +293,20 @@ ModelConfig parse_model_config(const json& doc, const std::string& source) {
   c.intermediate_size = keys.size("intermediate_size", kMaxWidth);
   c.num_hidden_layers = keys.size("num_hidden_layers", kMaxCount);
   c.num_attention_heads = keys.size("num_attention_heads", kMaxCount);
-  // MistralConfig's class default is 8 KV heads; an explicit null means one per query head.
-  const int64_t kv_default = (c.family == Family::kMistral && !doc.contains("num_key_value_heads"))
-                                 ? 8
-                                 : c.num_attention_heads;
+  // The classes' defaults when the key is absent: MistralConfig 8 KV heads,
+  // Qwen2Config and Qwen3Config 32; an explicit null means one per query head.
+  const bool kv_absent = !doc.contains("num_key_value_heads");
+  const int64_t kv_default = kv_absent && c.family == Family::kMistral ? 8
+                             : kv_absent && (c.family == Family::kQwen2 || c.family == Family::kQwen3) ? 32
+                                                                                                       : c.num_attention_heads;
   c.num_key_value_heads = keys.size("num_key_value_heads", kMaxCount, kv_default);
   if (c.num_attention_heads % c.num_key_value_heads != 0)
     keys.fail("num_key_value_heads", "must divide num_attention_heads (" +
                                          std::to_string(c.num_attention_heads) + ")");
   if (keys.has("head_dim")) {
     c.head_dim = keys.size("head_dim", kMaxWidth);
+  } else if (c.family == Family::kQwen3) {
+    c.head_dim = 128;  // Qwen3Config's default, not hidden / heads
   } else {
     if (c.hidden_size % c.num_attention_heads != 0)
       keys.fail("hidden_size", "is not a multiple of num_attention_heads (" +
@@ -291,10 +329,20 @@ ModelConfig parse_model_config(const json& doc, const std::string& source) {
     } else if (keys.has("sliding_window")) {
       c.sliding_window = keys.positive("sliding_window");
     }
+    c.sliding_layers.assign(static_cast<size_t>(c.num_hidden_layers), c.sliding_window.has_value());
+  } else if (c.family == Family::kQwen2 || c.family == Family::kQwen3) {
+    // Qwen2: q, k, v biases and no o bias, always; Qwen3: attention_bias on all four.
+    c.attention_bias = c.family == Family::kQwen3 && keys.boolean("attention_bias", false);
+    c.qkv_bias = c.family == Family::kQwen2 || c.attention_bias;
+    if (keys.boolean("mlp_bias", false)) keys.fail("mlp_bias", c.architecture + " has no MLP biases");
+    c.qk_norm = c.family == Family::kQwen3;
+    parse_qwen_windows(doc, keys, c);
   } else {
     c.attention_bias = keys.boolean("attention_bias", false);
+    c.qkv_bias = c.attention_bias;
     c.mlp_bias = keys.boolean("mlp_bias", false);
   }
+  if (c.sliding_layers.empty()) c.sliding_layers.assign(static_cast<size_t>(c.num_hidden_layers), false);
 
   if (c.family == Family::kGranite) {
     c.embedding_multiplier = keys.number("embedding_multiplier", 1.0);
@@ -310,9 +358,15 @@ ModelConfig parse_model_config(const json& doc, const std::string& source) {
 
   c.rope = parse_rope(doc, keys, c.max_position_embeddings, source);
   c.dtype = parse_dtype(keys);
-  // All three configs default to bos 1 and eos 2 when the key is absent; null means none.
-  c.bos_token_id = doc.contains("bos_token_id") ? keys.optional_integer("bos_token_id") : 1;
-  c.eos_token_ids = doc.contains("eos_token_id") ? keys.integer_or_list("eos_token_id") : std::vector<int64_t>{2};
+  // Llama, Mistral and Granite default to bos 1 and eos 2 when the key is
+  // absent, Qwen to none; null means none.
+  const bool qwen = c.family == Family::kQwen2 || c.family == Family::kQwen3;
+  c.bos_token_id = doc.contains("bos_token_id") ? keys.optional_integer("bos_token_id")
+                   : qwen                        ? std::nullopt
+                                                 : std::optional<int64_t>(1);
+  c.eos_token_ids = doc.contains("eos_token_id") ? keys.integer_or_list("eos_token_id")
+                    : qwen                        ? std::vector<int64_t>{}
+                                                  : std::vector<int64_t>{2};
   c.pad_token_id = keys.optional_integer("pad_token_id");
   if (c.pad_token_id && (*c.pad_token_id < 0 || *c.pad_token_id >= c.vocab_size))
     keys.fail("pad_token_id", "outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
@@ -332,6 +386,11 @@ ModelConfig load_model_config(const std::filesystem::path& config_json) {
     throw std::runtime_error(e.what());  // "<file>: invalid JSON: ..."
   }
   return parse_model_config(doc, config_json.string());
+}
+
+int64_t ModelConfig::window(int64_t layer) const {
+  const auto l = static_cast<size_t>(layer);
+  return l < sliding_layers.size() && sliding_layers[l] ? sliding_window.value_or(0) : 0;
 }
 
 double ModelConfig::softmax_scale() const {
@@ -373,11 +432,13 @@ json model_config_to_json(const ModelConfig& c) {
   out["hidden_act"] = "silu";
   out["tie_word_embeddings"] = c.tie_word_embeddings;
   out["attention_dropout"] = c.attention_dropout;
-  if (c.family != Family::kMistral) {
+  if (c.family == Family::kMistral) {
+    out["sliding_window"] = c.sliding_window ? json(*c.sliding_window) : json(nullptr);
+  } else if (c.family == Family::kQwen3) {
+    out["attention_bias"] = c.attention_bias;
+  } else if (c.family != Family::kQwen2) {
     out["attention_bias"] = c.attention_bias;
     out["mlp_bias"] = c.mlp_bias;
-  } else {
-    out["sliding_window"] = c.sliding_window ? json(*c.sliding_window) : json(nullptr);
   }
   if (c.family == Family::kGranite) {
     out["embedding_multiplier"] = c.embedding_multiplier;

@@ -1,5 +1,6 @@
 // The model hyper-parameters fptrain reads from a Hugging Face config.json.
-// One struct serves LlamaForCausalLM, MistralForCausalLM and GraniteForCausalLM.
+// One struct serves LlamaForCausalLM, MistralForCausalLM, GraniteForCausalLM,
+// Qwen2ForCausalLM and Qwen3ForCausalLM.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -14,7 +15,7 @@
 
 namespace fptrain::models {
 
-enum class Family { kLlama, kMistral, kGranite };
+enum class Family { kLlama, kMistral, kGranite, kQwen2, kQwen3 };
 
 enum class RopeType { kDefault, kLinear, kLlama3 };
 
@@ -55,9 +56,14 @@ struct ModelConfig {
   double rms_norm_eps = 1e-6;
   RopeConfig rope;
   bool tie_word_embeddings = false;
-  bool attention_bias = false;
+  bool attention_bias = false;  // biases on q, k, v and o (Llama, Granite, Qwen3: attention_bias)
+  bool qkv_bias = false;        // biases on q, k and v: attention_bias, or always (Qwen2, without o)
   bool mlp_bias = false;
-  std::optional<int64_t> sliding_window;  // Mistral; none = full causal
+  bool qk_norm = false;         // RMSNorm of each head of q and k before RoPE (Qwen3)
+  std::optional<int64_t> sliding_window;  // the window of the sliding layers; none = full causal
+  // Per layer: whether it attends within sliding_window (Mistral: every
+  // layer; Qwen: layer_types, or the layers from max_window_layers on).
+  std::vector<bool> sliding_layers;
   // transformers applies it to attention probabilities in training; fptrain
   // does not, so a caller should tell the user when it is non-zero.
   double attention_dropout = 0.0;
@@ -76,6 +82,7 @@ struct ModelConfig {
   nlohmann::json raw;  // the file as read, written back on save
 
   double softmax_scale() const;    // attention_multiplier or 1/sqrt(head_dim)
+  int64_t window(int64_t layer) const;  // the attention window of a layer; 0 = full causal
   int64_t num_parameters() const;  // counted from the shapes, tied embeddings once
 };
 

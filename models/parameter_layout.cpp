@@ -23,7 +23,12 @@ std::vector<ParameterInfo> parameter_layout(const ModelConfig& c) {
         {"q_proj", {q, H}}, {"k_proj", {kv, H}}, {"v_proj", {kv, H}}, {"o_proj", {H, q}}};
     for (const auto& [proj, shape] : attn) {
       out.push_back({p + "self_attn." + proj + ".weight", shape, l});
-      if (c.attention_bias) out.push_back({p + "self_attn." + proj + ".bias", {shape[0]}, l});
+      const bool o = std::string(proj) == "o_proj";
+      if (o ? c.attention_bias : c.qkv_bias) out.push_back({p + "self_attn." + proj + ".bias", {shape[0]}, l});
+    }
+    if (c.qk_norm) {
+      out.push_back({p + "self_attn.q_norm.weight", {c.head_dim}, l});
+      out.push_back({p + "self_attn.k_norm.weight", {c.head_dim}, l});
     }
     const std::pair<const char*, std::vector<int64_t>> mlp[] = {
         {"gate_proj", {I, H}}, {"up_proj", {I, H}}, {"down_proj", {H, I}}};

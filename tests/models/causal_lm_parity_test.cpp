@@ -137,7 +137,7 @@ TEST_P(DecoderParity, PackOrderDoesNotMatter) {
   for (const auto& [name, g] : a.grads) EXPECT_LE(rel_err(g, b.grads.at(name)), kTolerance) << name;
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, DecoderParity, ::testing::Values("llama", "mistral", "granite"),
+INSTANTIATE_TEST_SUITE_P(Families, DecoderParity, ::testing::Values("llama", "mistral", "granite", "qwen2", "qwen3"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

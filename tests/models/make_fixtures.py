@@ -23,7 +23,8 @@ import pathlib
 import torch
 from safetensors.torch import save_file
 from transformers import (AutoModelForCausalLM, GraniteConfig, GraniteForCausalLM, LlamaConfig,
-                          LlamaForCausalLM, MistralConfig, MistralForCausalLM)
+                          LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+                          Qwen3Config, Qwen3ForCausalLM)
 
 # One example is a single token; the window of the Mistral model (4) is shorter
 # than most of them.
@@ -49,6 +50,18 @@ MODELS = {
         COMMON, num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=True,
         embedding_multiplier=6.0, residual_multiplier=0.3, attention_multiplier=0.2, logits_scaling=4.0,
         attention_bias=True, rope_parameters=dict(rope_type="linear", rope_theta=10000.0, factor=2.0)),
+        None),
+    # q/k/v biases without an o bias, layer 0 full and layers 1-2 in a window of 4
+    # (max_window_layers), GQA 4/2, head_dim 32 != hidden / heads, tied embeddings.
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM, dict(
+        COMMON, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+        use_sliding_window=True, sliding_window=4, max_window_layers=1, tie_word_embeddings=True,
+        rope_theta=1000000.0), None),
+    # q/k norms per head, biases on q/k/v/o, multi-query, head_dim 24, explicit
+    # layer_types (sliding first, window 3), untied.
+    "qwen3": (Qwen3Config, Qwen3ForCausalLM, dict(
+        COMMON, num_attention_heads=4, num_key_value_heads=1, head_dim=24, attention_bias=True,
+        use_sliding_window=True, sliding_window=3, layer_types=["sliding_attention", "full_attention"]),
         None),
 }
 

@@ -43,7 +43,7 @@ void expect_equal_to_reference(const TensorMap& got, const std::string& ref_fold
 // ---- expected shapes ----------------------------------------------------------
 
 TEST(ExpectedShapes, MatchTheTensorsTransformersSaved) {
-  for (const std::string name : {"llama", "llama_linear", "mistral", "granite"}) {
+  for (const std::string name : {"llama", "llama_linear", "mistral", "granite", "qwen2", "qwen3"}) {
     SCOPED_TRACE(name);
     const auto shapes = expected_parameter_shapes(config_of(name));
     const json checksums = read_json(fixture(name + "_ref/expected.json"))["checksums"];
@@ -73,7 +73,8 @@ TEST_P(LoadFromTransformers, ConvertsToBf16OnLoad) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, LoadFromTransformers,
-                         ::testing::Values("llama", "llama_linear", "mistral", "mistral_nowindow", "granite"));
+                         ::testing::Values("llama", "llama_linear", "mistral", "mistral_nowindow", "granite", "qwen2",
+                                           "qwen3"));
 
 TEST(LoadPretrained, ShardedCheckpointsEqualTransformersWeights) {
   for (const std::string name : {"llama", "granite"}) {
@@ -269,6 +270,17 @@ TEST(SavePretrained, TiedModelLoadsInTransformersWithIdenticalLogits) {
   save_pretrained(dir / "out", c, params, at::kFloat);
   EXPECT_FALSE(SafetensorsFile(dir / "out/model.safetensors").find("lm_head.weight"));
   expect_transformers_agrees(dir / "out", "granite", "--expect-tied");
+}
+
+TEST(SavePretrained, QwenModelsLoadInTransformersWithIdenticalLogits) {
+  for (const std::string name : {"qwen2", "qwen3"}) {  // qwen2 tied, qwen3 untied
+    SCOPED_TRACE(name);
+    ScratchDir dir("save");
+    const ModelConfig c = config_of(name);
+    const TensorMap params = load_pretrained_weights(fixture(name), c, at::kFloat);
+    save_pretrained(dir / "out", c, params, at::kFloat);
+    expect_transformers_agrees(dir / "out", name, c.tie_word_embeddings ? "--expect-tied" : "");
+  }
 }
 
 TEST(SavePretrained, ShardedSaveLoadsInTransformersWithIdenticalLogits) {

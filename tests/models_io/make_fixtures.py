@@ -18,7 +18,8 @@ import shutil
 import torch
 import transformers
 from safetensors.torch import save_file
-from transformers import AutoConfig, AutoModelForCausalLM, GraniteConfig, LlamaConfig, MistralConfig
+from transformers import (AutoConfig, AutoModelForCausalLM, GraniteConfig, LlamaConfig, MistralConfig, Qwen2Config,
+                          Qwen3Config)
 
 TINY = dict(vocab_size=96, hidden_size=32, intermediate_size=56, num_hidden_layers=2)
 
@@ -45,6 +46,14 @@ MODELS = {
         **TINY, num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
         embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.0078125,
         logits_scaling=8.0, pad_token_id=3, attention_dropout=0.1, rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+    # q/k/v biases, no o bias; a window of 5 from layer 1 on (max_window_layers); tied
+    "qwen2": lambda: Qwen2Config(
+        **TINY, num_attention_heads=4, num_key_value_heads=2, use_sliding_window=True, sliding_window=5,
+        max_window_layers=1, tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 1e6}),
+    # q/k norms, all four attention biases, head_dim 12, explicit layer_types (sliding first)
+    "qwen3": lambda: Qwen3Config(
+        **TINY, num_attention_heads=4, num_key_value_heads=1, head_dim=12, attention_bias=True,
+        use_sliding_window=True, sliding_window=6, layer_types=["sliding_attention", "full_attention"]),
 }
 SHARDED = {"llama": "20KB", "granite": "16KB"}
 BF16 = {"mistral"}  # also saved in bfloat16 to test conversion on load
@@ -52,6 +61,15 @@ BF16 = {"mistral"}  # also saved in bfloat16 to test conversion on load
 
 def dtype_name(dtype):
     return str(dtype).replace("torch.", "") if dtype is not None else None
+
+
+WINDOWED = ("mistral", "qwen2", "qwen3")
+
+
+def layer_window(config, attn):
+    if config.model_type == "mistral":
+        return config.sliding_window
+    return getattr(attn, "sliding_window", None)
 
 
 def describe(config, model):
@@ -75,10 +93,13 @@ def describe(config, model):
         "rms_norm_eps": model.model.norm.variance_epsilon,
         "tie_word_embeddings": tied,
         "attention_bias": attn.q_proj.bias is not None,
+        "qk_norm": hasattr(attn, "q_norm"),
+        # each layer's window (None: full causal attention)
+        "layer_windows": [layer_window(config, layer.self_attn) for layer in model.model.layers],
         "o_proj_bias": attn.o_proj.bias is not None,
         "mlp_bias": mlp.gate_proj.bias is not None,
         "attention_dropout": config.attention_dropout,
-        "sliding_window": getattr(config, "sliding_window", None) if config.model_type == "mistral" else None,
+        "sliding_window": getattr(config, "sliding_window", None) if config.model_type in WINDOWED else None,
         "softmax_scale": attn.scaling,
         "embedding_multiplier": getattr(config, "embedding_multiplier", 1.0),
         "residual_multiplier": getattr(config, "residual_multiplier", 1.0),
@@ -189,13 +210,16 @@ def main():
                       os.path.join(out, name + "_bf16_ref", "weights_f64.safetensors"))
     # Configs giving only the sizes, to compare fptrain's defaults with transformers'.
     for model_type, arch in (("llama", "LlamaForCausalLM"), ("mistral", "MistralForCausalLM"),
-                             ("granite", "GraniteForCausalLM")):
+                             ("granite", "GraniteForCausalLM"), ("qwen2", "Qwen2ForCausalLM"),
+                             ("qwen3", "Qwen3ForCausalLM")):
         folder = os.path.join(out, model_type + "_minimal")
         shutil.rmtree(folder, ignore_errors=True)
         os.makedirs(folder)
         with open(os.path.join(folder, "config.json"), "w") as f:
+            # Qwen's 32 KV heads by default need as many query heads.
+            heads = 32 if model_type.startswith("qwen") else 8
             json.dump({"architectures": [arch], "model_type": model_type, **TINY,
-                       "hidden_size": 64, "num_attention_heads": 8}, f)
+                       "hidden_size": 64, "num_attention_heads": heads}, f)
         config = AutoConfig.from_pretrained(folder)
         with open(os.path.join(folder, "expected.json"), "w") as f:
             json.dump({"v5": describe(config, AutoModelForCausalLM.from_config(config))}, f, indent=1)

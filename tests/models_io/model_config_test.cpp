@@ -29,8 +29,13 @@ void expect_matches(const ModelConfig& c, const json& want, const std::string& w
   EXPECT_EQ(c.max_position_embeddings, want["max_position_embeddings"].get<int64_t>());
   EXPECT_EQ(c.rms_norm_eps, want["rms_norm_eps"].get<double>());
   EXPECT_EQ(c.tie_word_embeddings, want["tie_word_embeddings"].get<bool>());
-  EXPECT_EQ(c.attention_bias, want["attention_bias"].get<bool>());
+  EXPECT_EQ(c.qkv_bias, want["attention_bias"].get<bool>());  // q_proj's bias
   EXPECT_EQ(c.attention_bias, want["o_proj_bias"].get<bool>());
+  EXPECT_EQ(c.qk_norm, want["qk_norm"].get<bool>());
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const json& w = want["layer_windows"][static_cast<size_t>(l)];
+    EXPECT_EQ(c.window(l), w.is_null() ? 0 : w.get<int64_t>()) << "layer " << l;
+  }
   EXPECT_EQ(c.mlp_bias, want["mlp_bias"].get<bool>());
   EXPECT_EQ(c.attention_dropout, want["attention_dropout"].get<double>());
   if (want["sliding_window"].is_null()) {
@@ -116,7 +121,8 @@ TEST_P(ConfigFromTransformers, RopeFrequenciesMatchTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ConfigFromTransformers,
-                         ::testing::Values("llama", "llama_linear", "mistral", "mistral_nowindow", "granite"));
+                         ::testing::Values("llama", "llama_linear", "mistral", "mistral_nowindow", "granite", "qwen2",
+                                           "qwen3"));
 
 class ConfigDefaults : public ::testing::TestWithParam<std::string> {};
 
@@ -126,7 +132,7 @@ TEST_P(ConfigDefaults, OnlySizesGivenDefaultsMatchTransformers) {
   expect_matches(load_model_config(fixture(folder + "/config.json")), expected["v5"], folder);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, ConfigDefaults, ::testing::Values("llama", "mistral", "granite"));
+INSTANTIATE_TEST_SUITE_P(Families, ConfigDefaults, ::testing::Values("llama", "mistral", "granite", "qwen2", "qwen3"));
 
 TEST(ConfigParse, FamilyFromModelTypeWhenArchitecturesAbsent) {
   json doc = read_json(fixture("mistral/config.json"));
@@ -155,8 +161,8 @@ class ConfigErrors : public ::testing::Test {
 
 TEST_F(ConfigErrors, UnsupportedArchitecture) {
   json doc = llama_v5;
-  doc["architectures"] = {"Qwen2ForCausalLM"};
-  expect_rejected(doc, {"'architectures'", "Qwen2ForCausalLM", "unsupported architecture"});
+  doc["architectures"] = {"GPTNeoXForCausalLM"};
+  expect_rejected(doc, {"'architectures'", "GPTNeoXForCausalLM", "unsupported architecture"});
   doc.erase("architectures");
   doc["model_type"] = "gpt2";
   expect_rejected(doc, {"'model_type'", "gpt2", "unsupported"});

@@ -14,7 +14,7 @@ import random
 
 import sentencepiece as spm
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 WORDS = ("apple river blue green city mountain light book tree house garden friend water stone cloud "
          "bird song road window paper table chair music summer winter").split()
@@ -85,6 +85,20 @@ def main():
                        rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
                        bos_token_id=1, eos_token_id=2, initializer_range=0.05)
     LlamaForCausalLM(wide).save_pretrained(wide_dir)
+
+    # A Qwen3 (q/k norms, q/k/v/o biases, head_dim 16, a window of 8 in layer 0,
+    # tied embeddings) for the training loop against transformers; same tokenizer.
+    qwen_dir = out / "qwen3"
+    qwen_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("tokenizer.model", "tokenizer_config.json"):
+        (qwen_dir / name).write_bytes((model_dir / name).read_bytes())
+    torch.manual_seed(2)
+    qwen = Qwen3Config(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, attention_bias=True,
+                       use_sliding_window=True, sliding_window=8, layer_types=["sliding_attention", "full_attention"],
+                       max_position_embeddings=512, rms_norm_eps=1e-5, tie_word_embeddings=True,
+                       bos_token_id=1, eos_token_id=2, initializer_range=0.05)
+    Qwen3ForCausalLM(qwen).save_pretrained(qwen_dir)
 
     with open(out / "tokens.jsonl", "w") as f:
         for i in range(240):

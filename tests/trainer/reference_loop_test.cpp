@@ -12,23 +12,26 @@ using namespace testing;
 
 double rel(double a, double b) { return std::fabs(a - b) / std::max(std::fabs(b), 1e-12); }
 
-TEST(TrainReferenceLoop, EveryStepMatchesTransformersWithTorchAdamW) {
+void expect_every_step_matches_reference(const std::string& model) {
   TempDir dir;
   const fs::path run = dir / "run";
-  const std::string cfg = dir.write("train.yaml", base_config(run, "tokens.jsonl",
+  std::string yaml = base_config(run, "tokens.jsonl",
       "batching:\n  mode: flatten\n  examples_per_micro_batch: 4\n  grad_accumulation: 2\n"
       "optimizer:\n  lr: 3.0e-3\n  betas: [0.9, 0.95]\n  eps: 1.0e-8\n  weight_decay: 0.1\n  grad_clip: 1.0\n"
       "schedule:\n  warmup_steps: 5\n  decay: cosine\n  min_lr: 3.0e-4\n"
       "training:\n  max_steps: 30\n"
       "logging:\n  log_interval: 1\n"
-      "checkpoint:\n  save_final: false\n"));
+      "checkpoint:\n  save_final: false\n");
+  const std::string llama = fixture("llama").string();
+  yaml.replace(yaml.find(llama), llama.size(), fixture(model).string());
+  const std::string cfg = dir.write("train.yaml", yaml);
   const CommandResult r = run_fptrain({"train", cfg});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto records = train_records(run);
   ASSERT_EQ(records.size(), 30u) << r.output;
 
   const nlohmann::json ref = run_python("reference_train.py",
-      {"--model", fixture("llama").string(), "--data", fixture("tokens.jsonl").string(),
+      {"--model", fixture(model).string(), "--data", fixture("tokens.jsonl").string(),
        "--examples-per-micro-batch", "4", "--grad-accum", "2", "--steps", "30", "--lr", "3e-3",
        "--beta1", "0.9", "--beta2", "0.95", "--eps", "1e-8", "--weight-decay", "0.1", "--warmup", "5",
        "--decay", "cosine", "--min-lr", "3e-4", "--clip", "1.0"});
@@ -54,8 +57,15 @@ TEST(TrainReferenceLoop, EveryStepMatchesTransformersWithTorchAdamW) {
   // The comparison exercised clipping and the loss went down.
   EXPECT_GT(clipped, 0);
   EXPECT_LT(records.back()["loss"].get<double>(), 0.9 * records.front()["loss"].get<double>());
-  std::printf("max relative difference over 30 steps: loss %.3g, grad norm %.3g (%d steps clipped)\n", worst_loss,
-              worst_norm, clipped);
+  std::printf("%s: max relative difference over 30 steps: loss %.3g, grad norm %.3g (%d steps clipped)\n",
+              model.c_str(), worst_loss, worst_norm, clipped);
+}
+
+TEST(TrainReferenceLoop, EveryStepMatchesTransformersWithTorchAdamW) { expect_every_step_matches_reference("llama"); }
+
+// Qwen3: q/k norms, attention biases, a sliding window layer, tied embeddings.
+TEST(TrainReferenceLoop, Qwen3EveryStepMatchesTransformersWithTorchAdamW) {
+  expect_every_step_matches_reference("qwen3");
 }
 
 }  // namespace
