@@ -19,16 +19,21 @@ namespace {
 
 // transformers 5 keeps tokenizer.json's pipeline for these classes and
 // rebuilds it (from vocab, merges and post_processor only) for the others.
-enum class TransformersClass { kFileAsIs, kLlama, kGpt2 };
+enum class TransformersClass { kFileAsIs, kLlama, kGpt2, kQwen2 };
 
 TransformersClass classify(const std::optional<std::string>& cls, const std::string& file) {
   if (!cls || *cls == "PreTrainedTokenizerFast" || *cls == "TokenizersBackend") return TransformersClass::kFileAsIs;
   if (*cls == "LlamaTokenizer" || *cls == "LlamaTokenizerFast") return TransformersClass::kLlama;
   if (*cls == "GPT2Tokenizer" || *cls == "GPT2TokenizerFast") return TransformersClass::kGpt2;
+  if (*cls == "Qwen2Tokenizer" || *cls == "Qwen2TokenizerFast") return TransformersClass::kQwen2;
   spdlog::warn("{}: tokenizer_class '{}' is tokenized as tokenizer.json describes; transformers' class may differ",
                file, common::cut_text(*cls));
   return TransformersClass::kFileAsIs;
 }
+
+// Qwen2Tokenizer.__init__'s pre-tokenizer regex (Qwen2 and Qwen3 tokenizers).
+constexpr const char* kQwen2PretokenizeRegex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 struct BpeSpec {
   std::vector<std::string> vocab;
@@ -126,6 +131,25 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer_json(const std::filesystem::path& p
       const nlohmann::json decoder = {{"type", "ByteLevel"}};
       parts.pre_tokenizer = make_pre_tokenizer(JsonNode(pre, file, "(GPT2Tokenizer pre_tokenizer)"));
       parts.decoder = make_decoder(JsonNode(decoder, file, "(GPT2Tokenizer decoder)"));
+      break;
+    }
+    case TransformersClass::kQwen2: {
+      // Qwen2Tokenizer.__init__: plain BPE, NFC, Qwen's split regex, then ByteLevel without its regex.
+      bpe.options = BpeOptions{};
+      const nlohmann::json normalizer = {{"type", "NFC"}};
+      const nlohmann::json pre = {
+          {"type", "Sequence"},
+          {"pretokenizers",
+           {{{"type", "Split"}, {"pattern", {{"Regex", kQwen2PretokenizeRegex}}}, {"behavior", "Isolated"},
+             {"invert", false}},
+            {{"type", "ByteLevel"},
+             {"add_prefix_space", config.add_prefix_space.value_or(false)},
+             {"trim_offsets", true},
+             {"use_regex", false}}}}};
+      const nlohmann::json decoder = {{"type", "ByteLevel"}};
+      parts.normalizer = make_normalizer(JsonNode(normalizer, file, "(Qwen2Tokenizer normalizer)"));
+      parts.pre_tokenizer = make_pre_tokenizer(JsonNode(pre, file, "(Qwen2Tokenizer pre_tokenizer)"));
+      parts.decoder = make_decoder(JsonNode(decoder, file, "(Qwen2Tokenizer decoder)"));
       break;
     }
   }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/json_input.h"
+#include "tokenizer/nfc.h"
 #include "tokenizer/regex.h"
 #include "tokenizer/tokenizer_json_util.h"
 #include "tokenizer/unicode.h"
@@ -22,6 +23,12 @@ class SequenceNormalizer : public Normalizer {
 
  private:
   std::vector<std::unique_ptr<Normalizer>> steps_;
+};
+
+// Unicode NFC (Qwen2's and Qwen3's tokenizers).
+class NfcNormalizer : public Normalizer {
+ public:
+  void normalize(std::string& text) const override { text = unicode::nfc(text); }
 };
 
 // Adds a prefix to non-empty text (the Llama 2 tokenizer.json adds "▁" this way).
@@ -103,6 +110,7 @@ std::unique_ptr<Normalizer> make_normalizer(const JsonNode& spec) {
     }
     return std::make_unique<SequenceNormalizer>(std::move(steps));
   }
+  if (type == "NFC") return std::make_unique<NfcNormalizer>();
   if (type == "Prepend") return std::make_unique<PrependNormalizer>(spec.required("prepend").string());
   if (type == "Replace") {
     return std::make_unique<ReplaceNormalizer>(spec.pattern(), spec.required("content").string());

@@ -31,6 +31,17 @@ CODE = [
     "<div class=\"box\">&nbsp;</div>",
     "    indented    code\t\twith tabs",
 ]
+# Qwen2Tokenizer's pre-tokenizer regex (transformers' tokenization_qwen2.py): digits one by one.
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Text NFC changes: decomposed accents, marks out of canonical order, Hangul jamo, singletons
+# (ohm, angstrom, CJK compatibility), composition exclusions, Indic nukta forms, Vietnamese.
+NFC_LINES = [
+    "cafe\u0301 nai\u0308ve Zu\u0308rich A\u030angstro\u0308m", "a\u0323\u0301 a\u0301\u0323 q\u0307\u0323",
+    "\u1112\u1161\u11ab\u1100\u1173\u11af \u1100\u1161 \uac00\u11a8", "\u2126 \u212b \uf900 \u0958 \u2adc",
+    "\u0915\u093c \u0928\u093c", "Vie\u0302\u0323t Nam ti\u00ea\u0301ng Vi\u1ec7t", "e\u0301\u0301\u0301",
+    "\u0301 starts with a mark", "\u1e9b\u0323 long s", "\u0b47\u0b3e \u0dd9\u0dcf \u1025\u102e",
+]
 SPACES = [" ", " ", " ", "  ", "\u00a0", "\u3000", "\u2009", "\t", "\n", "\r\n"]
 
 
@@ -178,7 +189,7 @@ def other_merge_form(data):
 def make_byte_level(out):
     """Llama 3 style: Split(Llama 3 regex) + ByteLevel, BOS template, header/turn special tokens.
     Granite style: GPT2Tokenizer class (ByteLevel with GPT-2's regex), no BOS."""
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
     specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
     tok = Tokenizer(models.BPE())
@@ -215,6 +226,40 @@ def make_byte_level(out):
     variant("bpe_llama3", llama3_config)
     variant("bpe_llama3_other_merge_form", llama3_config, other_merge_form)
     variant("bpe_llama3_ignore_merges", llama3_config, lambda d: d["model"].__setitem__("ignore_merges", True))
+
+    # Qwen2 / Qwen3: NFC, Qwen's split regex, ByteLevel; transformers' Qwen2Tokenizer rebuilds
+    # that pipeline from vocab and merges whatever tokenizer.json says.
+    qwen_specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    qwen = Tokenizer(models.BPE())
+    qwen.normalizer = normalizers.NFC()
+    qwen.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
+    qwen.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=3000, special_tokens=qwen_specials, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    qwen.train_from_iterator(training_corpus() + NFC_LINES * 20, trainer)
+    qwen.post_processor = processors.ByteLevel(trim_offsets=False)
+    qwen_config = {"tokenizer_class": "Qwen2Tokenizer", "bos_token": None, "eos_token": "<|im_end|>",
+                   "pad_token": "<|endoftext|>", "unk_token": None, "add_prefix_space": False,
+                   "added_tokens_decoder": {str(qwen.token_to_id(t)): {
+                       "content": t, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
+                       "special": True} for t in qwen_specials}}
+    qwen_lines = test_corpus(qwen_specials) + NFC_LINES
+    for name, edit, raw_check in (
+            ("bpe_qwen2", None, True),
+            # a tokenizer.json whose own pipeline differs (Llama 3's digit groups, no NFC): the class wins
+            ("bpe_qwen2_class_rebuilds", lambda d: (d.__setitem__("normalizer", None),
+                                                    d["pre_tokenizer"]["pretokenizers"][0]["pattern"]
+                                                    .__setitem__("Regex", LLAMA3_SPLIT)), False)):
+        d = os.path.join(out, name)
+        save_tokenizer_json(qwen, d, edit)
+        write_config(d, qwen_config)
+        record = golden(d, qwen_lines)
+        assert record["tokenizer_class"] == "Qwen2Tokenizer", record["tokenizer_class"]
+        if raw_check:
+            check_raw_file_matches(d, record)
+        names.append(name)
 
     granite = Tokenizer(models.BPE())
     granite.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
@@ -360,6 +405,30 @@ def make_component_zoo(out):
     return names
 
 
+def make_nfc_cases(out, n=4000):
+    """nfc_cases.json: random strings drawn from the characters NFC acts on (marks of every
+    combining class, characters with canonical decompositions, Hangul jamo and syllables) and
+    ordinary text, with their NFC from tokenizers' normalizer (checked against Python's unicodedata
+    where both know the characters)."""
+    import unicodedata
+    from tokenizers import normalizers
+    pool = [chr(c) for c in range(0x10000) if unicodedata.category(chr(c)) not in ("Cn", "Cs")
+            and (unicodedata.combining(chr(c)) or (unicodedata.decomposition(chr(c)) and
+                                                     not unicodedata.decomposition(chr(c)).startswith("<")))]
+    pool += [chr(c) for c in range(0x1100, 0x1200)] + [chr(c) for c in range(0xAC00, 0xAC00 + 600)]
+    pool += list("abcdeiouAEIOU ナ日本 .,")
+    rng = random.Random(11)
+    nfc = normalizers.NFC()
+    cases = []
+    for _ in range(n):
+        s = "".join(rng.choice(pool) for _ in range(rng.randint(1, 12)))
+        want = nfc.normalize_str(s)
+        if want == unicodedata.normalize("NFC", s):  # skip characters the two Unicode versions see differently
+            cases.append([s, want])
+    with open(os.path.join(out, "nfc_cases.json"), "w", encoding="utf-8") as f:
+        json.dump({"unicode_version": unicodedata.unidata_version, "cases": cases}, f, ensure_ascii=False)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
@@ -367,6 +436,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     names = make_sentencepiece(args.out) + make_byte_level(args.out) + make_byte_fallback(args.out)
     names += make_component_zoo(args.out)
+    make_nfc_cases(args.out)
     with open(os.path.join(args.out, "index.json"), "w") as f:
         json.dump({"tokenizers": names}, f, indent=1)
     print(f"wrote {len(names)} tokenizer fixtures to {args.out}")
