@@ -23,6 +23,14 @@ SHAPES = {
                                       num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
                                       max_position_embeddings=4096, rms_norm_eps=1e-5, rope_theta=10000000.0,
                                       attention_bias=True, mlp_bias=False, tie_word_embeddings=True)),
+    "qwen2.5-7b": ("qwen2", dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                                 num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=32768,
+                                 rms_norm_eps=1e-6, rope_theta=1000000.0, use_sliding_window=False,
+                                 tie_word_embeddings=False)),
+    "qwen3-8b": ("qwen3", dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+                               num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+                               max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                               attention_bias=False, tie_word_embeddings=False)),
     "tiny": ("llama", dict(vocab_size=2048, hidden_size=128, intermediate_size=352, num_hidden_layers=2,
                            num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=4096,
                            rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False)),
@@ -35,7 +43,7 @@ def make_random_model(out, tokenizer_from, shape_name, stamp_name=".random-model
     """Makes `out` once: a stamp file naming the shape, written last, marks a finished folder."""
     import torch
     import transformers
-    from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig
+    from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
     transformers.utils.logging.disable_progress_bar()
     stamp = os.path.join(out, stamp_name)
     if os.path.exists(stamp) and open(stamp).read() == shape_name:
@@ -49,6 +57,10 @@ def make_random_model(out, tokenizer_from, shape_name, stamp_name=".random-model
                pad_token_id=tok_cfg.get("pad_token_id"))
     if arch == "mistral":
         config = MistralConfig(**shape, **ids, architectures=["MistralForCausalLM"])
+    elif arch == "qwen2":
+        config = Qwen2Config(**shape, **ids, architectures=["Qwen2ForCausalLM"])
+    elif arch == "qwen3":
+        config = Qwen3Config(**shape, **ids, architectures=["Qwen3ForCausalLM"])
     else:
         config = LlamaConfig(**shape, **ids, architectures=["LlamaForCausalLM"])
     device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -169,7 +169,8 @@ def main():
     ap.add_argument("--no-checkpointing", action="store_true", help="keep every activation")
     ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches of --batch examples per step")
     ap.add_argument("--liger", action="store_true",
-                    help="Liger Kernel's fused RMSNorm, RoPE, SwiGLU and linear + cross-entropy (apply_liger_kernel_to_llama)")
+                    help="Liger Kernel's fused RMSNorm, RoPE, SwiGLU and linear + cross-entropy "
+                         "(apply_liger_kernel_to_<model_type>: llama, mistral, qwen2, qwen3)")
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-shuffle", action="store_true",
@@ -229,9 +230,11 @@ def main():
     model = AutoModelForCausalLM.from_pretrained(a.model, **load).to(device)
     model.config.use_cache = False
     if a.liger:
-        from liger_kernel.transformers import apply_liger_kernel_to_llama
-        apply_liger_kernel_to_llama(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
-                                    fused_linear_cross_entropy=True, model=model)
+        import liger_kernel.transformers as liger
+        apply = {"llama": liger.apply_liger_kernel_to_llama, "mistral": liger.apply_liger_kernel_to_mistral,
+                 "qwen2": liger.apply_liger_kernel_to_qwen2, "qwen3": liger.apply_liger_kernel_to_qwen3}
+        apply[model.config.model_type](rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
+                                       fused_linear_cross_entropy=True, model=model)
         attn_label += " + Liger"
     if not a.no_checkpointing:
         ckpt = {"use_reentrant": False}

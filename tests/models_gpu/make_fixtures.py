@@ -18,7 +18,8 @@ import pathlib
 import torch
 from safetensors.torch import save_file
 from transformers import (AutoModelForCausalLM, GraniteConfig, GraniteForCausalLM, LlamaConfig,
-                          LlamaForCausalLM, MistralConfig, MistralForCausalLM)
+                          LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+                          Qwen3Config, Qwen3ForCausalLM)
 
 # Lengths cross FA2's tile sizes; one example is a single token.
 LENGTHS = [1, 37, 128, 300, 77, 210]
@@ -38,6 +39,14 @@ MODELS = {
         COMMON, num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=True,
         embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.0625, logits_scaling=8.0,
         attention_bias=True, rope_parameters=dict(rope_type="linear", rope_theta=10000.0, factor=4.0)), None),
+    # q/k/v biases, no o bias; layer 1 in a window of 48; tied; head_dim 64 (our kernels).
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM, dict(
+        COMMON, num_attention_heads=4, num_key_value_heads=2, head_dim=64, use_sliding_window=True,
+        sliding_window=48, max_window_layers=1, tie_word_embeddings=True, rope_theta=1000000.0), None),
+    # q/k norms, biases on q/k/v/o, head_dim 128, layer 0 in a window of 64.
+    "qwen3": (Qwen3Config, Qwen3ForCausalLM, dict(
+        COMMON, num_attention_heads=2, num_key_value_heads=1, head_dim=128, attention_bias=True,
+        use_sliding_window=True, sliding_window=64, layer_types=["sliding_attention", "full_attention"]), None),
 }
 
 

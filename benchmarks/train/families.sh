@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Model families against their peers on one GPU, same run: each shape (random init,
+# bf16, transformers' own config classes) on FLAN-like data, flatten, 4 examples per
+# micro-batch, examples in file order on both sides (so every run times the same
+# tokens), 30 steps, the first 5 not measured.
+#   fptrain       auto checkpointing, fp32 masters (its default) and bf16 AdamW (the peer's optimizer);
+#                 selective and every-layer checkpointing with bf16 AdamW (its speed at the peer's memory)
+#   transformers  + FA2 varlen (DataCollatorWithFlattening) with checkpointing;
+#                 + Liger Kernel (apply_liger_kernel_to_<family>) without, and with, checkpointing
+# Liger travels as a wheel in .whl/. Writes $OUT/families.{json,md} (families_report.py).
+#   FPTRAIN_FAMILY_SHAPES="qwen2.5-7b qwen3-8b" FPTRAIN_BUILD_DIR=build-gpu OUT=out benchmarks/train/families.sh
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+BUILD_DIR=${FPTRAIN_BUILD_DIR:-$ROOT/build-gpu}
+FPTRAIN=$BUILD_DIR/apps/fptrain
+OUT=${OUT:-$ROOT/gpu-out}
+WORK=${FPTRAIN_BENCH_DIR:-/tmp/fptrain-families}
+PYTHON=/opt/torch/.venv/bin/python
+[ -x "$PYTHON" ] || PYTHON=$ROOT/.venv/bin/python
+TOOLS=$ROOT/benchmarks/distributed/bench_tools.py
+STEPS=${FPTRAIN_FAMILY_STEPS:-30}
+SHAPES=${FPTRAIN_FAMILY_SHAPES:-"qwen2.5-7b qwen3-8b"}
+mkdir -p "$OUT" "$WORK"
+cd "$ROOT" || exit 1
+if ls "$ROOT"/.whl/liger_kernel-*.whl >/dev/null 2>&1; then
+  "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --target "$WORK/site" "$ROOT"/.whl/*.whl && export PYTHONPATH=$WORK/site
+fi
+{
+  [ -s "$WORK/flan.jsonl" ] || "$PYTHON" scripts/make_dataset.py --profile flan --examples 4000 --seed 0 --out "$WORK/flan.jsonl"
+  [ -s "$WORK/tok/config.json" ] || "$FPTRAIN" init "$WORK/tok" --preset tiny --corpus "$WORK/flan.jsonl"
+} > "$OUT/families-prep.log" 2>&1 || { echo "prep failed"; tail -20 "$OUT/families-prep.log"; exit 1; }
+results=()
+# FPTRAIN_FAMILY_ONLY="fptrain-selective-bf16-adamw ...": only these rows.
+wanted() { [ -z "${FPTRAIN_FAMILY_ONLY:-}" ] || [[ " $FPTRAIN_FAMILY_ONLY " == *" $1 "* ]]; }
+
+fp() {  # shape, name, checkpointing, master weights
+  wanted "$2" || return 0
+  local shape=$1 name=$1-$2 run=$WORK/run-$1-$2
+  rm -rf "$run"
+  cat > "$WORK/$name.yaml" <<YAML
+model: {path: $WORK/$shape, dtype: bfloat16, activation_checkpointing: $3}
+data: {train: $WORK/flan.jsonl, max_length: 4096, workers: 8, shuffle: false}
+batching: {mode: flatten, examples_per_micro_batch: 4, grad_accumulation: 1}
+optimizer: {lr: 1.0e-4, grad_clip: 1.0, master_weights: $4}
+schedule: {warmup_steps: 2}
+training: {max_steps: $STEPS}
+logging: {log_interval: 5}
+checkpoint: {save_final: false}
+output_dir: $run
+resume: none
+device: cuda
+YAML
+  if timeout 300 "$FPTRAIN" train "$WORK/$name.yaml" > "$OUT/families-$name.log" 2>&1; then
+    "$PYTHON" "$TOOLS" fptrain-run --run "$run" --name "$name" --world-size 1 --examples-per-gpu 4 > "$WORK/$name.json" &&
+      results+=("$WORK/$name.json") && echo "$name: $(cut -c1-160 "$WORK/$name.json")"
+  else
+    echo "FAILED $name"; tail -3 "$OUT/families-$name.log"
+  fi
+}
+hf() {  # shape, name, extra args...
+  wanted "$2" || return 0
+  local shape=$1 name=$1-$2; shift 2
+  if timeout 300 "$PYTHON" benchmarks/distributed/hf_ddp.py --model "$WORK/$shape" --data "$WORK/flan.jsonl" --no-shuffle \
+       --batch 4 --steps "$STEPS" --warmup 5 --name "$name" "$@" > "$WORK/$name.out" 2> "$OUT/families-$name.log"; then
+    grep '^{' "$WORK/$name.out" | tail -1 > "$WORK/$name.json" && results+=("$WORK/$name.json") &&
+      echo "$name: $(cut -c1-160 "$WORK/$name.json")"
+  else
+    echo "FAILED $name"; tail -3 "$OUT/families-$name.log"
+  fi
+}
+for shape in $SHAPES; do
+  "$PYTHON" "$TOOLS" make-model --out "$WORK/$shape" --tokenizer-from "$WORK/tok" --shape "$shape" \
+    >> "$OUT/families-prep.log" 2>&1 || { echo "FAILED making $shape"; continue; }
+  fp "$shape" fptrain-auto auto true
+  fp "$shape" fptrain-auto-bf16-adamw auto false
+  fp "$shape" fptrain-selective-bf16-adamw selective false  # its best at the peer's memory
+  fp "$shape" fptrain-ckpt-bf16-adamw every_layer false
+  hf "$shape" hf-fa2-ckpt
+  hf "$shape" hf-liger-nockpt --liger --no-checkpointing
+  hf "$shape" hf-liger-ckpt --liger
+  rm -rf "${WORK:?}/$shape"  # disk: one shape at a time
+done
+"$PYTHON" "$ROOT/benchmarks/train/families_report.py" "$OUT" "${results[@]}"

@@ -1,0 +1,69 @@
+"""families.sh's report: one table per shape (tokens/s, MFU, peak memory) and the ratio of
+fptrain's best run to transformers' best, written to OUT/families.{json,md}. An input may
+also be an earlier families.json (its runs are merged: one shape per device call).
+
+  families_report.py OUT RUN.json|families.json ..."""
+import datetime
+import json
+import os
+import sys
+
+
+def main():
+    out, files = sys.argv[1], sys.argv[2:]
+    runs = []
+    for f in files:
+        if os.path.getsize(f) == 0:
+            continue
+        doc = json.load(open(f))
+        for r in doc["runs"] if "runs" in doc else [doc]:
+            if all(r["name"] != seen["name"] for seen in runs):  # a row measured twice: the first call's
+                runs.append(r)
+    shapes = []
+    for r in runs:
+        shape = r["name"].split("-fptrain")[0].split("-hf")[0]
+        r["shape"] = shape
+        if shape not in shapes:
+            shapes.append(shape)
+    device = next((r.get("device") for r in runs if r.get("device")), "?")
+    date = datetime.date.today().isoformat()
+    md = [f"# Families against transformers, one {device} ({date})", "",
+          "Random-init shapes, bf16, FLAN-like data, flatten, 4 examples per micro-batch in file order, "
+          "30 steps (first 5 not measured); tokens/s are non-padding tokens, MFU = 6 N tokens/s / 989 TFLOP/s "
+          "(`benchmarks/train/families.sh`).", ""]
+    summary = []
+    for shape in shapes:
+        rows = [r for r in runs if r["shape"] == shape]
+        md += [f"## {shape} ({rows[0]['num_parameters'] / 1e9:.2f}B parameters)", "",
+               "| run | tokens/s | MFU | peak allocated GiB |", "| --- | ---: | ---: | ---: |"]
+        for r in rows:
+            md.append(f"| {r['name'][len(shape) + 1:]} | {r['tokens_per_s']:,.0f} | {100 * r['mfu']:.1f}% | "
+                      f"{r['peak_allocated_gib']:.1f} |")
+        ours = [r for r in rows if r["impl"] == "fptrain"]
+        peers = [r for r in rows if r["impl"] != "fptrain"]
+        if ours and peers:
+            best, peer = max(ours, key=lambda r: r["tokens_per_s"]), max(peers, key=lambda r: r["tokens_per_s"])
+            ratio = best["tokens_per_s"] / peer["tokens_per_s"]
+            md += ["", f"Best against best: {best['name'][len(shape) + 1:]} / {peer['name'][len(shape) + 1:]} = "
+                       f"**{ratio:.2f}x** at {best['peak_allocated_gib']:.1f} vs {peer['peak_allocated_gib']:.1f} GiB."]
+            entry = {"shape": shape, "fptrain": best["name"], "peer": peer["name"], "ratio": ratio}
+            leaner = [r for r in ours if r["peak_allocated_gib"] <= peer["peak_allocated_gib"]]
+            if leaner:
+                lean = max(leaner, key=lambda r: r["tokens_per_s"])
+                entry["at_peer_memory"] = {"fptrain": lean["name"], "ratio": lean["tokens_per_s"] / peer["tokens_per_s"]}
+                md.append(f"At no more than the peer's memory: {lean['name'][len(shape) + 1:]} = "
+                          f"**{entry['at_peer_memory']['ratio']:.2f}x** at {lean['peak_allocated_gib']:.1f} GiB.")
+            else:
+                md.append("At no more than the peer's memory: no fptrain run (its least is "
+                          f"{min(r['peak_allocated_gib'] for r in ours):.1f} GiB).")
+            summary.append(entry)
+        md.append("")
+    with open(os.path.join(out, "families.json"), "w") as f:
+        json.dump({"date": date, "device": device, "runs": runs, "best_against_best": summary}, f, indent=1)
+    with open(os.path.join(out, "families.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()
