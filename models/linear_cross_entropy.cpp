@@ -170,7 +170,14 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
       grad_hidden_rows = plan.rows.defined() ? at::empty({S, H}, hidden.options())
                                              : grad_hidden.narrow(0, plan.first, S);
     }
-    if (plan.grad_weight) {
+    // One chunk of 16-bit values on CUDA: its GEMM is autograd's single GEMM (fp32
+    // accumulation, one rounding), written straight in the model dtype, so no fp32
+    // [V, H] sum is needed (4 bytes per head weight at the step's peak: 2.3 GiB for
+    // Qwen's 152k vocabulary at hidden 4096).
+    const bool one_gemm = plan.grad_weight && S <= plan.chunk && weight.is_cuda() &&
+                          (dtype == at::kBFloat16 || dtype == at::kHalf);
+    at::Tensor grad_weight;
+    if (plan.grad_weight && !one_gemm) {
       grad_weight_sum = at::zeros(weight.sizes(), weight.options().dtype(dtype == at::kDouble ? at::kDouble : at::kFloat));
     }
     if (S > 0) {
@@ -189,13 +196,15 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
           at::Tensor out = grad_hidden_rows.narrow(0, start, n);
           at::mm_out(out, dlogits, weight);
         }
-        if (plan.grad_weight) accumulate_weight_grad(grad_weight_sum, dlogits, hidden_chunk);
+        if (one_gemm) grad_weight = at::mm(dlogits.t(), hidden_chunk);
+        else if (plan.grad_weight) accumulate_weight_grad(grad_weight_sum, dlogits, hidden_chunk);
       }
       if (plan.grad_hidden && plan.rows.defined()) grad_hidden.index_copy_(0, plan.rows, grad_hidden_rows);
     }
-    at::Tensor grad_weight;
-    if (plan.grad_weight) {
+    if (one_gemm && !grad_weight.defined()) grad_weight = at::zeros_like(weight);  // nothing supervised
+    if (grad_weight_sum.defined()) {
       grad_weight = grad_weight_sum.scalar_type() == dtype ? grad_weight_sum : grad_weight_sum.to(dtype);
+      grad_weight_sum.reset();
     }
     ctx->saved_data["grad_hidden"] = grad_hidden;
     ctx->saved_data["grad_weight"] = grad_weight;
@@ -257,6 +266,12 @@ at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weig
   const bool grad_mode = c10::GradMode::is_enabled();
   plan.grad_hidden = grad_mode && hidden.requires_grad();
   plan.grad_weight = grad_mode && weight.requires_grad();
+  // With the default chunks on CUDA in 16 bits, up to hidden / 2 supervised tokens
+  // run as one chunk: its transient [S, V] buffers (about 8 bytes a logit) cost no
+  // more than the fp32 [V, H] sum that several chunks would need.
+  const bool sixteen_bit = hidden.scalar_type() == at::kBFloat16 || hidden.scalar_type() == at::kHalf;
+  if (chunk_tokens <= 0 && plan.grad_weight && weight.is_cuda() && sixteen_bit && plan.count <= hidden.size(1) / 2)
+    plan.chunk = std::max(plan.chunk, plan.count);
   return LinearCrossEntropyFunction::apply(hidden, weight, plan);
 }
 
