@@ -45,7 +45,7 @@ struct LossOptions {
 class CausalLM {
  public:
   // `parameters` must hold exactly the tensors of expected_parameter_shapes(config)
-  // (models/checkpoint.h), all of one floating dtype on one device; they are used
+  // (models/parameter_layout.h), all of one floating dtype on one device; they are used
   // as given (set requires_grad on them to train).
   CausalLM(ModelConfig config, TensorMap parameters, attention::Backend backend);
   // Not copyable: the per-layer weight pointers point into this object's parameters.
