@@ -60,10 +60,10 @@ AutoCheckpointing::AutoCheckpointing(int64_t layers, int64_t hidden, int64_t q, 
   selective_max_ = max_tokens(L * (attention + b * static_cast<double>(hidden)));
 }
 
-int64_t AutoCheckpointing::choose(int64_t tokens) const {
-  if (tokens <= none_max_) return 0;
-  if (tokens <= selective_max_) return kSelective;
-  return 1;
+Checkpointing AutoCheckpointing::choose(int64_t tokens) const {
+  if (tokens <= none_max_) return Checkpointing::none();
+  if (tokens <= selective_max_) return Checkpointing::selective();
+  return Checkpointing::every(1);
 }
 
 std::string AutoCheckpointing::describe() const {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "models/causal_lm.h"
+#include "trainer/config.h"
 
 #include <ATen/ATen.h>
 
@@ -47,9 +48,8 @@ class AutoCheckpointing {
  public:
   AutoCheckpointing(int64_t layers, int64_t hidden, int64_t q, int64_t kv, int64_t intermediate, int64_t dtype_bytes,
                     int64_t free_bytes);
-  // 0 (none), kSelective or 1 (every layer) for a micro-batch of `tokens`.
-  static constexpr int64_t kSelective = -1;
-  int64_t choose(int64_t tokens) const;
+  // None, selective or every layer for a micro-batch of `tokens`.
+  Checkpointing choose(int64_t tokens) const;
   int64_t none_max_tokens() const { return none_max_; }
   int64_t selective_max_tokens() const { return selective_max_; }
   std::string describe() const;

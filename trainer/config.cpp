@@ -198,18 +198,18 @@ YAML::Node data_files_node(const std::vector<data::DataFile>& files) {
 }
 
 // Activation checkpointing: none | every_layer | every_<k> | k (integer) | true/false.
-int64_t as_checkpointing(const YAML::Node& node, const Where& w) {
+Checkpointing as_checkpointing(const YAML::Node& node, const Where& w) {
   if (node.IsScalar()) {
     std::string s = node.Scalar();
-    if (s == "none" || s == "false" || s == "off" || s == "0") return 0;
-    if (s == "every_layer" || s == "true" || s == "on" || s == "all") return 1;
-    if (s == "selective") return kCheckpointSelective;
-    if (s == "auto") return kCheckpointAuto;
+    if (s == "none" || s == "false" || s == "off" || s == "0") return Checkpointing::none();
+    if (s == "every_layer" || s == "true" || s == "on" || s == "all") return Checkpointing::every(1);
+    if (s == "selective") return Checkpointing::selective();
+    if (s == "auto") return Checkpointing::automatic();
     if (s.rfind("every_", 0) == 0) s = s.substr(6);
     try {
       size_t used = 0;
       long long k = std::stoll(s, &used);
-      if (used == s.size() && k >= 0) return k;
+      if (used == s.size() && k >= 0) return Checkpointing::every(k);
     } catch (const std::exception&) {
     }
   }
@@ -307,7 +307,7 @@ const std::vector<KeyDef>& key_defs() {
         "activations, recompute the MLPs) or every layer for each micro-batch from its size and the free device "
         "memory; every_<k> recomputes layers 0, k, 2k, ...",
         [](auto& n, auto& c, auto& w) { c.model.activation_checkpointing = as_checkpointing(n, w); },
-        [](TrainConfig& c) { return YAML::Node(checkpointing_name(c.model.activation_checkpointing)); });
+        [](TrainConfig& c) { return YAML::Node(c.model.activation_checkpointing.name()); });
     // data
     t.custom("data.train", "training JSONL: a path, or a list of paths or {path, weight, format}",
              [](auto& n, auto& c, auto& w) { c.data.train = as_data_files(n, w); },

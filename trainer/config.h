@@ -28,24 +28,41 @@ enum class LrDecay { kCosine, kLinear, kConstant };
 enum class ShardOptimizer { kAuto, kOn, kOff };
 enum class Transfers { kAuto, kCopyEngine, kNccl };
 
-// model.activation_checkpointing: k > 0 every k-th layer, 0 none, or these.
-inline constexpr int64_t kCheckpointSelective = -1;  // keep attention activations, recompute the MLPs
-inline constexpr int64_t kCheckpointAuto = -2;       // per micro-batch, from its size and the free memory
-// The YAML spelling of a setting: auto, selective, none, every_layer, every_<k>.
-inline std::string checkpointing_name(int64_t setting) {
-  if (setting == kCheckpointAuto) return "auto";
-  if (setting == kCheckpointSelective) return "selective";
-  if (setting == 0) return "none";
-  if (setting == 1) return "every_layer";
-  return "every_" + std::to_string(setting);
-}
+// model.activation_checkpointing: what the backward recomputes.
+struct Checkpointing {
+  enum class Mode {
+    kNone,
+    kEveryK,     // layers 0, k, 2k, ... (k = 1: every layer)
+    kSelective,  // keep the attention's activations, recompute every layer's MLP
+    kAuto,       // per micro-batch, from its size and the free device memory
+  };
+  Mode mode = Mode::kAuto;
+  int64_t every_k = 0;  // kEveryK only
+
+  static Checkpointing none() { return {Mode::kNone, 0}; }
+  static Checkpointing every(int64_t k) { return k > 0 ? Checkpointing{Mode::kEveryK, k} : none(); }
+  static Checkpointing selective() { return {Mode::kSelective, 0}; }
+  static Checkpointing automatic() { return {Mode::kAuto, 0}; }
+  bool operator==(const Checkpointing& o) const { return mode == o.mode && every_k == o.every_k; }
+  bool operator!=(const Checkpointing& o) const { return !(*this == o); }
+  // The YAML spelling: auto, selective, none, every_layer, every_<k>.
+  std::string name() const {
+    switch (mode) {
+      case Mode::kAuto: return "auto";
+      case Mode::kSelective: return "selective";
+      case Mode::kNone: return "none";
+      case Mode::kEveryK: return every_k == 1 ? "every_layer" : "every_" + std::to_string(every_k);
+    }
+    return "?";
+  }
+};
 
 struct ModelSection {
   std::string path;  // Hugging Face model directory
   ModelDtype dtype = ModelDtype::kAuto;
   AttentionChoice attention = AttentionChoice::kAuto;
   // 0: off; 1: every decoder layer; k: every k-th layer (layers 0, k, 2k, ...).
-  int64_t activation_checkpointing = kCheckpointAuto;
+  Checkpointing activation_checkpointing = Checkpointing::automatic();
   // RMSNorm (with the residual add), RoPE and SwiGLU through fused CUDA kernels where they run.
   bool fused_ops = true;
 };

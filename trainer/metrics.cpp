@@ -278,11 +278,11 @@ void log_run_banner(const TrainConfig& config, const models::ModelConfig& mc, co
   log::info("model " + config.model.path + ": " + mc.architecture + ", " + params + " parameters, " +
             std::to_string(mc.num_hidden_layers) + " layers, hidden " + std::to_string(mc.hidden_size) + ", vocab " +
             std::to_string(mc.vocab_size));
-  const int64_t every = config.model.activation_checkpointing;
+  const Checkpointing& ckpt = config.model.activation_checkpointing;
   log::info("device " + device.name + " | dtype " + models::dtype_name(dtype) + " | attention " +
             std::string(attention::backend_name(backend)) + " | AdamW " +
             (master_weights ? "with fp32 master weights" : "in " + models::dtype_name(dtype)) +
-            (every != 0 ? " | activation checkpointing " + checkpointing_name(every) : std::string()));
+            (ckpt != Checkpointing::none() ? " | activation checkpointing " + ckpt.name() : std::string()));
   const data::BatchMode mode = config.batching.mode;
   const int64_t row = config.batching.row_tokens > 0 ? config.batching.row_tokens : config.data.max_length;
   const std::string unit =

@@ -144,14 +144,15 @@ data::DataOptions make_data_options(const TrainConfig& c, bool eval, int rank, i
   return o;
 }
 
-void CheckpointSwitch::set(int64_t setting) {
-  every_k = setting > 0 ? setting : 0;
-  selective = setting == kCheckpointSelective;
+void CheckpointSwitch::set(const Checkpointing& setting) {
+  every_k = setting.mode == Checkpointing::Mode::kEveryK ? setting.every_k : 0;
+  selective = setting.mode == Checkpointing::Mode::kSelective;
 }
 
-std::shared_ptr<CheckpointSwitch> set_activation_checkpointing(models::CausalLM& model, int64_t setting) {
+std::shared_ptr<CheckpointSwitch> set_activation_checkpointing(models::CausalLM& model,
+                                                               const Checkpointing& setting) {
   auto control = std::make_shared<CheckpointSwitch>();
-  control->set(setting == kCheckpointAuto ? 0 : setting);
+  control->set(setting);
   // Each checkpointed block needs its parameters as autograd inputs.
   const auto n = static_cast<size_t>(model.config().num_hidden_layers);
   std::vector<std::vector<at::Tensor>> layer_params(n), mlp_params(n);

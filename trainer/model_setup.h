@@ -32,11 +32,10 @@ attention::Backend resolve_backend(AttentionChoice choice, const at::Device& dev
 struct CheckpointSwitch {
   std::atomic<int64_t> every_k{0};      // checkpoint layers 0, k, 2k, ... (0: none)
   std::atomic<bool> selective{false};  // checkpoint every layer's MLP block
-  void set(int64_t setting);           // a fixed setting: 0, k > 0 or kCheckpointSelective
+  void set(const Checkpointing& setting);  // a fixed setting (auto: none)
 };
-// Installs the runners (setting: 0, k > 0, kCheckpointSelective or
-// kCheckpointAuto, which starts as none) and returns their switch.
-std::shared_ptr<CheckpointSwitch> set_activation_checkpointing(models::CausalLM& model, int64_t setting);
+// Installs the runners (auto starts as none) and returns their switch.
+std::shared_ptr<CheckpointSwitch> set_activation_checkpointing(models::CausalLM& model, const Checkpointing& setting);
 
 struct LoadedModel {
   models::ModelConfig config;

@@ -210,8 +210,7 @@ StepRecord Run::train_step(const data::TrainStep& ts) {
     if (mb.num_tokens == 0) continue;  // an empty slot at the end of an epoch
     const DeviceBatch b = to_device(mb, device_.device);
     if (auto_checkpointing_) {  // the cheapest recomputation this micro-batch fits with
-      const int64_t mode = auto_checkpointing_->choose(b.num_tokens);
-      model_.checkpointing->set(mode == AutoCheckpointing::kSelective ? kCheckpointSelective : mode);
+      model_.checkpointing->set(auto_checkpointing_->choose(b.num_tokens));
     }
     if (reducer_ && remaining == 1) reducer_->arm();
     const models::LossOutput out = model_.model->loss(b.input, b.labels, b.labels_host);
@@ -256,7 +255,7 @@ StepRecord Run::train_step_or_explain_oom(const data::TrainStep& ts) {
     // Suggest only what is not already set: with every layer recomputed, what is left is the
     // micro-batch, the optimizer state (sharded over more ranks) or the fp32 masters.
     std::string also;
-    if (config_.model.activation_checkpointing != 1) also += ", or set model.activation_checkpointing: every_layer";
+    if (config_.model.activation_checkpointing != Checkpointing::every(1)) also += ", or set model.activation_checkpointing: every_layer";
     if (config_.optimizer.master_weights)
       also += ", or shard the fp32 master weights and moments over more GPUs (they hold 12 bytes per parameter) "
               "or set optimizer.master_weights: false";
@@ -385,7 +384,7 @@ void Run::set_up() {
     const MemoryStats mem = memory_stats(device_.device);
     log::info("device memory after set-up: " + gib_text(mem.peak_allocated_bytes) + " peak allocated");
   }
-  if (config_.model.activation_checkpointing == kCheckpointAuto) {
+  if (config_.model.activation_checkpointing.mode == Checkpointing::Mode::kAuto) {
     if (device_.device.is_cuda()) {
       const models::ModelConfig& mc = model_.config;
       auto_checkpointing_ = std::make_unique<AutoCheckpointing>(

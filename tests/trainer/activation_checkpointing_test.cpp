@@ -62,13 +62,13 @@ at::Tensor packed_loss(const models::CausalLM& model) {
   return model.loss(in, labels).loss_sum;
 }
 
-Grads run(int64_t every_k, bool granite = false) {
+Grads run(const Checkpointing& setting, bool granite = false) {
   at::set_num_threads(1);  // tiny tensors: threads only add contention when tests run in parallel
   const models::ModelConfig config = tiny_config(granite);
   models::TensorMap params = models::init_parameters(config, 5);
   for (auto& [n, t] : params) t.requires_grad_(true);
   models::CausalLM model(config, params, attention::Backend::kReference);
-  set_activation_checkpointing(model, every_k);
+  set_activation_checkpointing(model, setting);
   const at::Tensor loss = packed_loss(model);
   loss.backward();
   Grads g;
@@ -83,16 +83,17 @@ Grads run(int64_t every_k, bool granite = false) {
 // very bits of the plain backward, biases and the residual multiplier included.
 TEST(TrainActivationCheckpointing, GradientsEqualThePlainBackward) {
   for (bool granite : {false, true}) {
-    const Grads plain = run(0, granite);
-    for (int64_t k : {int64_t{1}, int64_t{2}, int64_t{3}, kCheckpointSelective}) {
+    const Grads plain = run(Checkpointing::none(), granite);
+    for (const Checkpointing& k :
+         {Checkpointing::every(1), Checkpointing::every(2), Checkpointing::every(3), Checkpointing::selective()}) {
       const Grads ckpt = run(k, granite);
-      EXPECT_TRUE(at::equal(plain.loss, ckpt.loss)) << "every " << k;
+      EXPECT_TRUE(at::equal(plain.loss, ckpt.loss)) << k.name();
       ASSERT_EQ(plain.grads.size(), ckpt.grads.size());
       for (const auto& [name, g] : plain.grads) {
         const at::Tensor& h = ckpt.grads.at(name);
         const double scale = g.abs().max().item<double>() + 1e-30;
         const double diff = (g - h).abs().max().item<double>();
-        EXPECT_EQ(diff, 0.0) << name << " every " << k << (granite ? " granite" : "");
+        EXPECT_EQ(diff, 0.0) << name << " " << k.name() << (granite ? " granite" : "");
       }
     }
   }
@@ -111,51 +112,54 @@ std::unique_ptr<at::ObserverContext> count_linear(const at::RecordFunction& fn) 
 TEST(TrainActivationCheckpointing, RecomputationSkipsTheReplayedProjections) {
   at::set_num_threads(1);
   const models::ModelConfig config = tiny_config();
-  const std::vector<std::pair<int64_t, int>> cases = {{1, 5}, {2, 5}, {kCheckpointSelective, 2}};
-  for (const auto& [every_k, per_layer] : cases) {
+  const std::vector<std::pair<Checkpointing, int>> cases = {
+      {Checkpointing::every(1), 5}, {Checkpointing::every(2), 5}, {Checkpointing::selective(), 2}};
+  for (const auto& [setting, per_layer] : cases) {
     models::TensorMap params = models::init_parameters(config, 5);
     for (auto& [n, t] : params) t.requires_grad_(true);
     models::CausalLM model(config, params, attention::Backend::kReference);
-    set_activation_checkpointing(model, every_k);
+    set_activation_checkpointing(model, setting);
     const at::Tensor loss = packed_loss(model);
     g_linear_calls = 0;
     const at::CallbackHandle handle =
         at::addGlobalCallback(at::RecordFunctionCallback(count_linear).scopes({at::RecordScope::FUNCTION}));
     loss.backward();
     at::removeCallback(handle);
-    const int64_t recomputed = every_k == kCheckpointSelective ? config.num_hidden_layers
-                                                               : (config.num_hidden_layers + every_k - 1) / every_k;
-    EXPECT_EQ(g_linear_calls.load(), per_layer * recomputed) << "every " << every_k;
+    const int64_t k = setting.every_k;
+    const int64_t recomputed = setting == Checkpointing::selective() ? config.num_hidden_layers
+                                                                     : (config.num_hidden_layers + k - 1) / k;
+    EXPECT_EQ(g_linear_calls.load(), per_layer * recomputed) << setting.name();
   }
 }
 
 // auto starts as none and picks, per micro-batch, the cheapest mode that fits.
 TEST(TrainActivationCheckpointing, AutoPicksTheCheapestModeThatFits) {
-  const Grads plain = run(0);
-  const Grads automatic = run(kCheckpointAuto);  // starts as none: the very same computation
+  const Grads plain = run(Checkpointing::none());
+  const Grads automatic = run(Checkpointing::automatic());  // starts as none: the very same computation
   EXPECT_TRUE(at::equal(plain.loss, automatic.loss));
   for (const auto& [name, g] : plain.grads) EXPECT_TRUE(at::equal(g, automatic.grads.at(name))) << name;
   const AutoCheckpointing a(32, 4096, 4096, 1024, 14336, 2, int64_t{40} << 30);
   EXPECT_GT(a.none_max_tokens(), 0);
   EXPECT_GT(a.selective_max_tokens(), a.none_max_tokens());
-  EXPECT_EQ(a.choose(a.none_max_tokens()), 0);
-  EXPECT_EQ(a.choose(a.none_max_tokens() + 1), AutoCheckpointing::kSelective);
-  EXPECT_EQ(a.choose(a.selective_max_tokens() + 1), 1);
-  EXPECT_EQ(AutoCheckpointing(32, 4096, 4096, 1024, 14336, 2, int64_t{1} << 30).choose(1), 1);  // nothing fits
+  EXPECT_EQ(a.choose(a.none_max_tokens()), Checkpointing::none());
+  EXPECT_EQ(a.choose(a.none_max_tokens() + 1), Checkpointing::selective());
+  EXPECT_EQ(a.choose(a.selective_max_tokens() + 1), Checkpointing::every(1));
+  EXPECT_EQ(AutoCheckpointing(32, 4096, 4096, 1024, 14336, 2, int64_t{1} << 30).choose(1),
+            Checkpointing::every(1));  // nothing fits
 }
 
 TEST(TrainActivationCheckpointing, NoGradForwardIsUnaffected) {
   const models::ModelConfig config = tiny_config();
   models::TensorMap params = models::init_parameters(config, 5);
   models::CausalLM model(config, params, attention::Backend::kReference);
-  set_activation_checkpointing(model, 1);
+  set_activation_checkpointing(model, Checkpointing::every(1));
   models::PackedInput in;
   in.input_ids = at::arange(10, at::kLong);
   in.position_ids = at::arange(10, at::kLong);
   in.cu_seqlens = at::tensor(std::vector<int32_t>{0, 10}, at::kInt);
   in.max_seqlen = 10;
   const at::Tensor a = model.logits(in);
-  set_activation_checkpointing(model, 0);
+  set_activation_checkpointing(model, Checkpointing::none());
   EXPECT_TRUE(at::equal(a, model.logits(in)));
 }
 

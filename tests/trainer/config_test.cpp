@@ -77,7 +77,7 @@ TEST(TrainConfig, EveryValueLandsInTheStruct) {
   EXPECT_EQ(c.model.path, "/models/llama");
   EXPECT_EQ(c.model.dtype, ModelDtype::kBFloat16);
   EXPECT_EQ(c.model.attention, AttentionChoice::kTorchFA2);
-  EXPECT_EQ(c.model.activation_checkpointing, 2);
+  EXPECT_EQ(c.model.activation_checkpointing, Checkpointing::every(2));
   ASSERT_EQ(c.data.train.size(), 2u);
   EXPECT_EQ(c.data.train[1].path, "/data/b.jsonl");
   EXPECT_DOUBLE_EQ(c.data.train[1].weight, 0.5);
@@ -181,7 +181,7 @@ TEST(TrainConfig, OverridesAreValidatedLikeTheFile) {
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-4);
   EXPECT_DOUBLE_EQ(c.optimizer.beta1, 0.8);
   EXPECT_EQ(c.data.train.at(0).path, "/x.jsonl");
-  EXPECT_EQ(c.model.activation_checkpointing, 1);
+  EXPECT_EQ(c.model.activation_checkpointing, Checkpointing::every(1));
 
   std::string e = error_of([&] { apply_override(c, "optimizer.lrr=1"); });
   EXPECT_NE(e.find("--set optimizer.lrr=1"), std::string::npos) << e;

@@ -76,13 +76,13 @@ TEST(TrainGpu, AutoPicksCudaAndBf16) {
 // (from the output and statistics kept by the first pass): with the
 // deterministic attention backward that is the same bits as the plain backward;
 // FlashAttention-2's accumulates dQ with atomics, equal up to bf16 rounding.
-std::map<std::string, at::Tensor> checkpointed_grads(attention::Backend backend, int64_t every_k) {
+std::map<std::string, at::Tensor> checkpointed_grads(attention::Backend backend, const Checkpointing& setting) {
   const models::ModelConfig config = models::load_model_config(fixture("llama64") / "config.json");
   models::TensorMap params =
       models::load_pretrained_weights(fixture("llama64"), config, at::kBFloat16, at::Device(at::kCUDA, 0));
   for (auto& [n, t] : params) t.requires_grad_(true);
   models::CausalLM model(config, params, backend);
-  set_activation_checkpointing(model, every_k);
+  set_activation_checkpointing(model, setting);
   models::PackedInput in;
   const auto opts = at::TensorOptions().device(at::kCUDA);
   at::manual_seed(0);
@@ -100,12 +100,12 @@ std::map<std::string, at::Tensor> checkpointed_grads(attention::Backend backend,
 }
 
 TEST(TrainGpu, ActivationCheckpointingKeepsTheGradients) {
-  const auto plain = checkpointed_grads(attention::Backend::kTorchFA2, 0);
-  for (int64_t k : {int64_t{1}, kCheckpointSelective}) {
+  const auto plain = checkpointed_grads(attention::Backend::kTorchFA2, Checkpointing::none());
+  for (const Checkpointing& k : {Checkpointing::every(1), Checkpointing::selective()}) {
     const auto ckpt = checkpointed_grads(attention::Backend::kTorchFA2, k);
     for (const auto& [name, g] : plain) {
       const double scale = g.abs().max().item<double>() + 1e-12;
-      EXPECT_LE((g - ckpt.at(name)).abs().max().item<double>(), 2e-2 * scale) << name << " every " << k;
+      EXPECT_LE((g - ckpt.at(name)).abs().max().item<double>(), 2e-2 * scale) << name << " " << k.name();
     }
   }
 }
@@ -113,12 +113,12 @@ TEST(TrainGpu, ActivationCheckpointingKeepsTheGradients) {
 TEST(TrainGpu, CheckpointReplayOfOurAttentionIsBitIdentical) {
   if (!attention::hopper_kernels_support(64, at::kBFloat16)) GTEST_SKIP() << "needs sm_90";
   at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
-  const auto plain = checkpointed_grads(attention::Backend::kHopper, 0);
-  for (int64_t k : {int64_t{1}, int64_t{2}, kCheckpointSelective}) {
+  const auto plain = checkpointed_grads(attention::Backend::kHopper, Checkpointing::none());
+  for (const Checkpointing& k : {Checkpointing::every(1), Checkpointing::every(2), Checkpointing::selective()}) {
     const auto ckpt = checkpointed_grads(attention::Backend::kHopper, k);
     for (const auto& [name, g] : plain)
       EXPECT_TRUE(at::equal(g, ckpt.at(name)))
-          << name << " every " << k << ": max difference " << (g - ckpt.at(name)).abs().max().item<double>();
+          << name << " " << k.name() << ": max difference " << (g - ckpt.at(name)).abs().max().item<double>();
   }
   at::globalContext().setDeterministicAlgorithms(false, false);
 }
