@@ -93,7 +93,9 @@ TEST(CountSteps, EqualsTheStepsThePipelineYields) {
   o.shuffle_window = 37;
   o.world_size = 2;
   o.micro_batches_per_step = 3;
-  for (BatchMode mode : {BatchMode::kFlatten, BatchMode::kPad, BatchMode::kPack}) {
+  o.row_tokens = 128;
+  o.rows_per_micro_batch = 2;
+  for (BatchMode mode : {BatchMode::kFlatten, BatchMode::kPad, BatchMode::kPack, BatchMode::kFixed}) {
     o.batching = mode;
     DataPipeline p(o, testing::byte_tokenizer());
     const auto steps = testing::drain(p);
