@@ -112,6 +112,13 @@ class Run {
 
  private:
   void set_up();
+  void open_output_dir(int rank);
+  std::optional<TrainingState> open_model_and_state();
+  void open_data(const std::optional<TrainingState>& state);
+  void restore(const TrainingState& state);
+  void start_records();
+  void log_set_up();
+  void plan_auto_checkpointing();
   void join_group(const distributed::LaunchEnv& env);
   std::optional<fs::path> agree_on_resume();
   void make_optimizer();
@@ -287,24 +294,46 @@ void Run::set_up() {
   // Launched by torchrun, srun or by hand with RANK / WORLD_SIZE / ...: one rank of a group.
   const std::optional<distributed::LaunchEnv> env = distributed::read_launch_env();
   if (env) log::set_rank(env->rank);
+  open_output_dir(env ? env->rank : 0);
+  device_ = resolve_device(env ? rank_device(config_.device, *env) : config_.device, config_.cpu_threads);
+  if (env) join_group(*env);
+  resume_from_ = agree_on_resume();
+  const std::optional<TrainingState> state = open_model_and_state();
+  tokenizer_ = load_checked_tokenizer(config_.model.path, model_.config);
+  open_data(state);
+  make_optimizer();
+  if (state) {
+    restore(*state);
+  } else {
+    at::manual_seed(config_.training.seed);
+  }
+  first_step_ = step_;
+  if (group_) group_->set_step(step_);
+  start_records();
+  log_set_up();
+  if (config_.model.activation_checkpointing.mode == Checkpointing::Mode::kAuto) plan_auto_checkpointing();
+  if (resume_from_) log::info("resumed from " + resume_from_->string() + " at step " + std::to_string(step_));
+}
+
+void Run::open_output_dir(int rank) {
   std::error_code ec;
   fs::create_directories(output_dir_, ec);
   if (ec || !fs::is_directory(output_dir_))
     throw std::runtime_error(output_dir_.string() + ": cannot create the output folder (" +
                              (ec ? ec.message() : std::string("not a folder")) +
                              "); output_dir must be a writable folder");
-  if (!env || env->rank == 0) {  // the group's files are rank 0's
+  if (rank == 0) {  // the group's files are rank 0's
     lock_ = std::make_unique<OutputDirLock>(output_dir_);
     log::also_to_file((output_dir_ / "train.log").string());
   }
-  device_ = resolve_device(env ? rank_device(config_.device, *env) : config_.device, config_.cpu_threads);
-  if (env) join_group(*env);
-  resume_from_ = agree_on_resume();
+}
+
+// The model: the checkpoint's weights when resuming (the optimizer state then
+// restores the fp32 masters exactly), else the configured model.
+std::optional<TrainingState> Run::open_model_and_state() {
   std::optional<TrainingState> state;
   try {
     if (resume_from_) state = load_training_state(*resume_from_, rank(), world());
-    // The model: the checkpoint's weights when resuming (the optimizer state then
-    // restores the fp32 masters exactly), else the configured model.
     model_ = open_model(config_, device_.device, resume_from_ ? *resume_from_ : fs::path(config_.model.path),
                         /*trainable=*/true);
   } catch (const c10::Error&) {
@@ -316,8 +345,10 @@ void Run::set_up() {
     if (!resume_from_) throw;
     throw std::runtime_error(e.what() + damaged_checkpoint_hint(*resume_from_, config_));
   }
-  tokenizer_ = load_checked_tokenizer(config_.model.path, model_.config);
+  return state;
+}
 
+void Run::open_data(const std::optional<TrainingState>& state) {
   const data::DataOptions options = make_data_options(config_, /*eval=*/false, rank(), world());
   total_steps_ = config_.training.max_steps;
   if (total_steps_ == 0) {
@@ -328,35 +359,34 @@ void Run::set_up() {
   if (state) cursor_ = data::DataCursor::from_json(state->data_cursor);
   data_ = std::make_unique<data::DataPipeline>(options, tokenizer_,
                                                state ? std::optional<data::DataCursor>(cursor_) : std::nullopt);
+}
 
-  make_optimizer();
-  if (state) {
-    optimizer_->load_state(state->optimizer, state->step, state->tensors_file.string());
-    if (state->world_size != world())
-      log::info("the checkpoint was written by " + std::to_string(state->world_size) + " rank(s); continuing on " +
-                std::to_string(world()) + " (the data continues where it stopped; the global batch is now " +
-                std::to_string(world()) + " x the per-rank micro-batches x grad_accumulation)");
-    if (state->optimizer_shards != (optimizer_->sharded() ? world() : 1))
-      log::info("the checkpoint's optimizer state was " +
-                (state->optimizer_shards > 1 ? "sharded over " + std::to_string(state->optimizer_shards) + " ranks"
-                                             : std::string("whole")) +
-                (optimizer_->sharded() ? "; resharded for " + std::to_string(world()) + " ranks"
-                 : world() > 1         ? "; every rank of " + std::to_string(world()) + " holds all of it"
-                                       : std::string("; loaded whole")));
-    restore_rng_states(state->rng);
-    step_ = state->step;
-    last_saved_step_ = step_;
-    last_checkpoint_ = resume_from_;
-    counters_ = state->counters;
-    if (state->total_steps != total_steps_)
-      log::warn("the checkpoint was written by a run of " + std::to_string(state->total_steps) +
-                " steps; this run has " + std::to_string(total_steps_) + " (the schedule changes)");
-  } else {
-    at::manual_seed(config_.training.seed);
-  }
-  first_step_ = step_;
-  if (group_) group_->set_step(step_);
+// A resumed run: the optimizer, RNG states, step and counters of the checkpoint.
+void Run::restore(const TrainingState& state) {
+  optimizer_->load_state(state.optimizer, state.step, state.tensors_file.string());
+  if (state.world_size != world())
+    log::info("the checkpoint was written by " + std::to_string(state.world_size) + " rank(s); continuing on " +
+              std::to_string(world()) + " (the data continues where it stopped; the global batch is now " +
+              std::to_string(world()) + " x the per-rank micro-batches x grad_accumulation)");
+  if (state.optimizer_shards != (optimizer_->sharded() ? world() : 1))
+    log::info("the checkpoint's optimizer state was " +
+              (state.optimizer_shards > 1 ? "sharded over " + std::to_string(state.optimizer_shards) + " ranks"
+                                          : std::string("whole")) +
+              (optimizer_->sharded() ? "; resharded for " + std::to_string(world()) + " ranks"
+               : world() > 1         ? "; every rank of " + std::to_string(world()) + " holds all of it"
+                                     : std::string("; loaded whole")));
+  restore_rng_states(state.rng);
+  step_ = state.step;
+  last_saved_step_ = step_;
+  last_checkpoint_ = resume_from_;
+  counters_ = state.counters;
+  if (state.total_steps != total_steps_)
+    log::warn("the checkpoint was written by a run of " + std::to_string(state.total_steps) + " steps; this run has " +
+              std::to_string(total_steps_) + " (the schedule changes)");
+}
 
+// config.yaml, metrics and the step profiler.
+void Run::start_records() {
   if (leader()) common::write_file_atomically(output_dir_ / "config.yaml", to_yaml(config_));
   MetricsScope scope;
   scope.world_size = world();
@@ -367,6 +397,9 @@ void Run::set_up() {
                                              std::move(scope));
   profiler_ = std::make_unique<StepProfiler>(leader() ? config_.logging.profile_steps : 0,
                                              config_.logging.profile_warmup, output_dir_, device_);
+}
+
+void Run::log_set_up() {
   log_run_banner(config_, model_.config, device_, model_.dtype, model_.backend, optimizer_->has_master_weights(),
                  total_steps_);
   if (group_) {
@@ -384,19 +417,19 @@ void Run::set_up() {
     const MemoryStats mem = memory_stats(device_.device);
     log::info("device memory after set-up: " + gib_text(mem.peak_allocated_bytes) + " peak allocated");
   }
-  if (config_.model.activation_checkpointing.mode == Checkpointing::Mode::kAuto) {
-    if (device_.device.is_cuda()) {
-      const models::ModelConfig& mc = model_.config;
-      auto_checkpointing_ = std::make_unique<AutoCheckpointing>(
-          mc.num_hidden_layers, mc.hidden_size, mc.num_attention_heads * mc.head_dim,
-          mc.num_key_value_heads * mc.head_dim, mc.intermediate_size,
-          static_cast<int64_t>(c10::elementSize(model_.dtype)), memory_available(device_.device));
-      log::info(auto_checkpointing_->describe());
-    } else {
-      log::info("activation checkpointing auto: none on the CPU (no device memory to save)");
-    }
+}
+
+// model.activation_checkpointing: auto, from the device memory left after set-up.
+void Run::plan_auto_checkpointing() {
+  if (!device_.device.is_cuda()) {
+    log::info("activation checkpointing auto: none on the CPU (no device memory to save)");
+    return;
   }
-  if (resume_from_) log::info("resumed from " + resume_from_->string() + " at step " + std::to_string(step_));
+  const models::ModelConfig& mc = model_.config;
+  auto_checkpointing_ = std::make_unique<AutoCheckpointing>(
+      mc.num_hidden_layers, mc.hidden_size, mc.num_attention_heads * mc.head_dim, mc.num_key_value_heads * mc.head_dim,
+      mc.intermediate_size, static_cast<int64_t>(c10::elementSize(model_.dtype)), memory_available(device_.device));
+  log::info(auto_checkpointing_->describe());
 }
 
 void Run::join_group(const distributed::LaunchEnv& env) {
