@@ -79,26 +79,38 @@ CausalLM::CausalLM(ModelConfig config, TensorMap parameters, attention::Backend 
   inv_freq_ = rope_inv_freq(config_.rope, config_.head_dim).to(parameters_device());
   ops_ = make_decoder_ops(parameters_device(), /*fused=*/true, backend_);
   auto optional = [this](const std::string& name, bool present) { return present ? &weight(name) : nullptr; };
-  int64_t slot = 0;
-  auto projection = [&](const std::string& prefix, bool bias) {
-    return Projection{&weight(prefix + ".weight"), optional(prefix + ".bias", bias), slot++};
+  auto projection = [&](const std::string& prefix, bool bias, ProjectionRole role) {
+    projections_.push_back(Projection{&weight(prefix + ".weight"), optional(prefix + ".bias", bias),
+                                      static_cast<int64_t>(projections_.size()), role});
+    return projections_.back();
   };
+  using R = ProjectionRole;
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     const std::string a = p + "self_attn.", m = p + "mlp.";
     const bool qkv = config_.qkv_bias, ob = config_.attention_bias, mb = config_.mlp_bias;
     LayerWeights w{&weight(p + "input_layernorm.weight"), &weight(p + "post_attention_layernorm.weight")};
-    w.q = projection(a + "q_proj", qkv);  // in ProjectionRole order
-    w.k = projection(a + "k_proj", qkv);
-    w.v = projection(a + "v_proj", qkv);
-    w.o = projection(a + "o_proj", ob);
+    w.fused = config_.fused_projections;
+    if (w.fused) {
+      w.qkv = projection(a + "qkv_proj", false, R::kQkv);
+      w.o = projection(a + "o_proj", false, R::kO);
+      w.gate_up = projection(m + "gate_up_proj", false, R::kGateUp);
+      w.down = projection(m + "down_proj", false, R::kDown);
+    } else {
+      w.q = projection(a + "q_proj", qkv, R::kQ);
+      w.k = projection(a + "k_proj", qkv, R::kK);
+      w.v = projection(a + "v_proj", qkv, R::kV);
+      w.o = projection(a + "o_proj", ob, R::kO);
+      w.gate = projection(m + "gate_proj", mb, R::kGate);
+      w.up = projection(m + "up_proj", mb, R::kUp);
+      w.down = projection(m + "down_proj", mb, R::kDown);
+    }
     w.q_norm = optional(a + "q_norm.weight", config_.qk_norm);
     w.k_norm = optional(a + "k_norm.weight", config_.qk_norm);
-    w.gate = projection(m + "gate_proj", mb);
-    w.up = projection(m + "up_proj", mb);
-    w.down = projection(m + "down_proj", mb);
     layers_.push_back(w);
   }
+  if (config_.rope.type == RopeType::kLongRope)
+    inv_freq_long_ = rope_inv_freq(config_.rope, config_.head_dim, /*long_context=*/true).to(parameters_device());
 }
 
 void CausalLM::set_ops(std::shared_ptr<const DecoderOps> ops) {
@@ -106,12 +118,7 @@ void CausalLM::set_ops(std::shared_ptr<const DecoderOps> ops) {
   ops_ = std::move(ops);
 }
 
-std::vector<Projection> CausalLM::projections() const {
-  std::vector<Projection> out;
-  for (const LayerWeights& w : layers_)
-    for (const Projection* p : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) out.push_back(*p);
-  return out;
-}
+std::vector<Projection> CausalLM::projections() const { return projections_; }
 
 const at::Tensor& CausalLM::weight(const std::string& name) const {
   auto it = params_.find(name);
@@ -148,11 +155,18 @@ at::Tensor CausalLM::hidden_states(const PackedInput& in) const {
   const at::Tensor& embed = weight("model.embed_tokens.weight");
   check_input(in, embed.device());
   const attention::VarlenSpec spec = attention_spec(in);
-  const RotaryTables rope = rotary_tables(inv_freq_, in.position_ids, embed.scalar_type());
+  // longrope switches to its long factors when a position reaches past the
+  // original context (transformers: max(position_ids) + 1; positions restart
+  // per example, so that is the longest example, max_seqlen, known on the host).
+  const bool long_context = inv_freq_long_.defined() && in.max_seqlen > config_.rope.original_max_position_embeddings;
+  const RotaryTables rope = rotary_tables(long_context ? inv_freq_long_ : inv_freq_, in.position_ids,
+                                          embed.scalar_type(), config_.rope.attention_factor);
   const DecoderOps& ops = *ops_;
 
   if (before_stage_) before_stage_(-1);
-  at::Tensor x = at::embedding(embed, in.input_ids);  // [T, hidden]
+  // padding_idx as transformers' nn.Embedding(vocab, hidden, pad_token_id): the
+  // pad token's row gets no gradient where the text holds that token.
+  at::Tensor x = at::embedding(embed, in.input_ids, config_.pad_token_id.value_or(-1));  // [T, hidden]
   if (config_.embedding_multiplier != 1.0) x = x * config_.embedding_multiplier;
   for (int64_t layer = 0; layer < config_.num_hidden_layers; ++layer) {
     if (before_stage_) before_stage_(layer);
@@ -183,14 +197,22 @@ at::Tensor CausalLM::self_attention(const LayerWeights& w, const at::Tensor& x, 
                                     const attention::VarlenSpec& spec, const DecoderOps& ops) const {
   const int64_t T = x.size(0), D = config_.head_dim;
   const int64_t Hq = config_.num_attention_heads, Hkv = config_.num_key_value_heads;
-  at::Tensor q = ops.linear(x, w.q).view({T, Hq, D});
-  at::Tensor k = ops.linear(x, w.k).view({T, Hkv, D});
+  at::Tensor q, k, v;
+  if (w.fused) {  // Phi-3: one GEMM, then q, k and v side by side in its output
+    const at::Tensor qkv = ops.linear(x, w.qkv);
+    q = qkv.narrow(1, 0, Hq * D).view({T, Hq, D});
+    k = qkv.narrow(1, Hq * D, Hkv * D).view({T, Hkv, D});
+    v = qkv.narrow(1, (Hq + Hkv) * D, Hkv * D).contiguous().view({T, Hkv, D});
+  } else {
+    q = ops.linear(x, w.q).view({T, Hq, D});
+    k = ops.linear(x, w.k).view({T, Hkv, D});
+    v = ops.linear(x, w.v).view({T, Hkv, D});
+  }
   if (w.q_norm) {  // Qwen3: each head's RMSNorm before RoPE
     q = ops.norm(q, *w.q_norm, config_.rms_norm_eps);
     k = ops.norm(k, *w.k_norm, config_.rms_norm_eps);
   }
   const RotaryOutput qk = ops.rotary(q, k, rope);
-  const at::Tensor v = ops.linear(x, w.v).view({T, Hkv, D});
   const at::Tensor out = ops.attention(qk.q, qk.k, v, spec);  // [T, Hq, D]
   return ops.linear(out.reshape({T, Hq * D}), w.o);
 }
@@ -204,6 +226,7 @@ at::Tensor CausalLM::mlp_block(int64_t layer, const at::Tensor& x, const Decoder
 
 // SwiGLU: down(silu(gate(x)) * up(x)).
 at::Tensor CausalLM::mlp(const LayerWeights& w, const at::Tensor& x, const DecoderOps& ops) const {
+  if (w.fused) return ops.linear(ops.gated_activation_packed(ops.linear(x, w.gate_up)), w.down);  // Phi-3
   const at::Tensor gate = ops.linear(x, w.gate);
   const at::Tensor up = ops.linear(x, w.up);
   return ops.linear(ops.gated_activation(gate, up), w.down);

@@ -1,4 +1,4 @@
-// The decoder-only language model that serves Llama, Mistral, Granite, Qwen2 and Qwen3.
+// The decoder-only language model that serves Llama, Mistral, Granite, Qwen2, Qwen3 and Phi-3.
 // Input is packed: token ids [T] with no batch dimension, boundaries in cu_seqlens.
 #pragma once
 
@@ -105,6 +105,8 @@ class CausalLM {
   struct LayerWeights {
     const at::Tensor *input_norm, *post_norm;
     Projection q, k, v, o, gate, up, down;
+    Projection qkv, gate_up;  // Phi-3's fused weights (then q, k, v, gate and up are unused)
+    bool fused = false;
     const at::Tensor *q_norm = nullptr, *k_norm = nullptr;  // Qwen3
   };
   at::Tensor decoder_layer(int64_t layer, const at::Tensor& x, const RotaryTables& rope,
@@ -123,6 +125,8 @@ class CausalLM {
   BlockRunner layer_runner_;
   BlockRunner mlp_runner_;
   std::vector<LayerWeights> layers_;
+  std::vector<Projection> projections_;  // every projection, by slot
+  at::Tensor inv_freq_long_;             // longrope: for batches past the original context
   BeforeStage before_stage_;
   LossOptions loss_options_;
 };

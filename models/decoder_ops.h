@@ -26,19 +26,19 @@ namespace fptrain::models {
 
 class GradSinks;
 
-// The projections of a decoder layer, in parameter order.
-enum class ProjectionRole : uint8_t { kQ, kK, kV, kO, kGate, kUp, kDown };
-inline constexpr int64_t kProjectionsPerLayer = 7;
+// What a decoder layer's projection computes (kQkv and kGateUp: Phi-3's fused weights).
+enum class ProjectionRole : uint8_t { kQ, kK, kV, kQkv, kO, kGate, kUp, kGateUp, kDown };
 
-// One linear projection: its weight, optional bias (null when absent), and
-// its slot (layer * kProjectionsPerLayer + role) for per-projection state.
+// One linear projection: its weight, optional bias (null when absent), its
+// role, and its slot (its index among the model's projections) for
+// per-projection state.
 struct Projection {
   const at::Tensor* weight = nullptr;
   const at::Tensor* bias = nullptr;
   int64_t slot = 0;
-  ProjectionRole role() const { return static_cast<ProjectionRole>(slot % kProjectionsPerLayer); }
+  ProjectionRole role = ProjectionRole::kQ;
   // o and down: their output feeds only a residual add.
-  bool feeds_residual() const { return role() == ProjectionRole::kO || role() == ProjectionRole::kDown; }
+  bool feeds_residual() const { return role == ProjectionRole::kO || role == ProjectionRole::kDown; }
 };
 
 class DecoderOps : public std::enable_shared_from_this<DecoderOps> {
@@ -59,6 +59,8 @@ class DecoderOps : public std::enable_shared_from_this<DecoderOps> {
                                const attention::VarlenSpec& spec) const = 0;
   // The gated MLP activation: silu(gate) * up.
   virtual at::Tensor gated_activation(const at::Tensor& gate, const at::Tensor& up) const = 0;
+  // The same from one [T, 2I] projection whose halves are gate and up (Phi-3).
+  virtual at::Tensor gated_activation_packed(const at::Tensor& gate_up) const = 0;
 
   // What the base sets share, for decorators.
   virtual attention::Backend backend() const = 0;

@@ -20,4 +20,8 @@ at::Tensor FusedCudaOps::gated_activation(const at::Tensor& gate, const at::Tens
   return fused_swiglu(gate, up, FusedPath::kCuda);
 }
 
+at::Tensor FusedCudaOps::gated_activation_packed(const at::Tensor& gate_up) const {
+  return fused_swiglu_packed(gate_up, FusedPath::kCuda);
+}
+
 }  // namespace fptrain::models

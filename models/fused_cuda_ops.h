@@ -17,6 +17,7 @@ class FusedCudaOps : public AtenOps {
                             double eps, double scale) const override;
   RotaryOutput rotary(const at::Tensor& q, const at::Tensor& k, const RotaryTables& tables) const override;
   at::Tensor gated_activation(const at::Tensor& gate, const at::Tensor& up) const override;
+  at::Tensor gated_activation_packed(const at::Tensor& gate_up) const override;
 };
 
 }  // namespace fptrain::models

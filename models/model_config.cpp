@@ -138,6 +138,7 @@ constexpr ArchitectureInfo kArchitectures[] = {
     {"GraniteForCausalLM", "granite", Family::kGranite, 2048},
     {"Qwen2ForCausalLM", "qwen2", Family::kQwen2, 32768},
     {"Qwen3ForCausalLM", "qwen3", Family::kQwen3, 32768},
+    {"Phi3ForCausalLM", "phi3", Family::kPhi3, 4096},
 };
 
 std::string supported_architectures() {
@@ -162,7 +163,7 @@ const ArchitectureInfo& resolve_architecture(const json& doc, const KeyReader& k
     const std::string type = keys.string("model_type", "");
     for (const auto& a : kArchitectures)
       if (type == a.model_type) return a;
-    keys.fail("model_type", "unsupported model_type; supported: llama, mistral, granite, qwen2, qwen3");
+    keys.fail("model_type", "unsupported model_type; supported: llama, mistral, granite, qwen2, qwen3, phi3");
   }
   keys.fail("architectures", "neither 'architectures' nor 'model_type' is given");
 }
@@ -174,13 +175,41 @@ std::string family_key_prefix(Family f) {
     case Family::kGranite: return "Granite";
     case Family::kQwen2: return "Qwen2";
     case Family::kQwen3: return "Qwen3";
+    case Family::kPhi3: return "Phi3";
   }
   return "?";
 }
 
+std::vector<double> number_list(const json& params, const KeyReader& keys, const std::string& key, size_t count) {
+  if (!keys.has(key) || !params.at(key).is_array()) keys.fail(key, "expected a list of numbers");
+  std::vector<double> out;
+  for (const json& v : params.at(key)) {
+    if (!v.is_number()) keys.fail(key, "expected a list of numbers");
+    out.push_back(v.get<double>());
+  }
+  if (out.size() != count) keys.fail(key, "expected " + std::to_string(count) + " numbers (head_dim / 2)");
+  return out;
+}
+
+// Phi-3's LongRoPE (transformers' _compute_longrope_parameters). Phi3Config's
+// top-level original_max_position_embeddings (default 4096) wins over the dict's.
+void parse_longrope(const json& params, const KeyReader& keys, const KeyReader& top, int64_t max_position_embeddings,
+                    int64_t head_dim, RopeConfig& rope) {
+  rope.type = RopeType::kLongRope;
+  rope.short_factor = number_list(params, keys, "short_factor", static_cast<size_t>(head_dim / 2));
+  rope.long_factor = number_list(params, keys, "long_factor", static_cast<size_t>(head_dim / 2));
+  rope.original_max_position_embeddings = top.positive("original_max_position_embeddings", 4096);
+  const double original = static_cast<double>(rope.original_max_position_embeddings);
+  rope.factors_given = keys.has("factor") || keys.has("attention_factor");
+  rope.factor = keys.number("factor", static_cast<double>(max_position_embeddings) / original);
+  rope.attention_factor = keys.has("attention_factor") ? keys.number("attention_factor")
+                          : rope.factor <= 1.0         ? 1.0
+                                                       : std::sqrt(1 + std::log(rope.factor) / std::log(original));
+}
+
 // The RoPE dict as transformers sees it after standardisation.
 RopeConfig parse_rope(const json& doc, const KeyReader& top, int64_t max_position_embeddings,
-                      const std::string& source) {
+                      const std::string& source, Family family, int64_t head_dim) {
   json params = json::object();
   std::string where = "rope_parameters";
   const bool has_scaling = top.has("rope_scaling") &&
@@ -226,8 +255,10 @@ RopeConfig parse_rope(const json& doc, const KeyReader& top, int64_t max_positio
     if (rope.factor <= 0) keys.fail("factor", "must be positive");
     if (!(rope.high_freq_factor > rope.low_freq_factor))
       keys.fail("high_freq_factor", "must be greater than low_freq_factor");
+  } else if (type == "longrope" || (family == Family::kPhi3 && (type == "su" || type == "yarn"))) {
+    parse_longrope(params, keys, top, max_position_embeddings, head_dim, rope);  // Phi3Config calls su/yarn longrope
   } else {
-    keys.fail(type_key, "unsupported RoPE type; supported: default, linear, llama3");
+    keys.fail(type_key, "unsupported RoPE type; supported: default, linear, llama3, longrope");
   }
   return rope;
 }
@@ -330,6 +361,13 @@ ModelConfig parse_model_config(const json& doc, const std::string& source) {
       c.sliding_window = keys.positive("sliding_window");
     }
     c.sliding_layers.assign(static_cast<size_t>(c.num_hidden_layers), c.sliding_window.has_value());
+  } else if (c.family == Family::kPhi3) {
+    // Phi3: no biases, fused qkv and gate_up weights, one window for every layer when set.
+    c.fused_projections = true;
+    if (keys.has("sliding_window")) c.sliding_window = keys.positive("sliding_window");
+    c.sliding_layers.assign(static_cast<size_t>(c.num_hidden_layers), c.sliding_window.has_value());
+    for (const char* key : {"resid_pdrop", "embd_pdrop"})
+      if (keys.number(key, 0.0) != 0.0) keys.fail(key, "dropout is not supported (fptrain trains without it)");
   } else if (c.family == Family::kQwen2 || c.family == Family::kQwen3) {
     // Qwen2: q, k, v biases and no o bias, always; Qwen3: attention_bias on all four.
     c.attention_bias = c.family == Family::kQwen3 && keys.boolean("attention_bias", false);
@@ -356,7 +394,7 @@ ModelConfig parse_model_config(const json& doc, const std::string& source) {
   c.attention_dropout = keys.number("attention_dropout", 0.0);
   if (c.attention_dropout < 0 || c.attention_dropout >= 1) keys.fail("attention_dropout", "must be in [0, 1)");
 
-  c.rope = parse_rope(doc, keys, c.max_position_embeddings, source);
+  c.rope = parse_rope(doc, keys, c.max_position_embeddings, source, c.family, c.head_dim);
   c.dtype = parse_dtype(keys);
   // Llama, Mistral and Granite default to bos 1 and eos 2 when the key is
   // absent, Qwen to none; null means none.
@@ -366,8 +404,11 @@ ModelConfig parse_model_config(const json& doc, const std::string& source) {
                                                  : std::optional<int64_t>(1);
   c.eos_token_ids = doc.contains("eos_token_id") ? keys.integer_or_list("eos_token_id")
                     : qwen                        ? std::vector<int64_t>{}
+                    : c.family == Family::kPhi3   ? std::vector<int64_t>{32000}
                                                   : std::vector<int64_t>{2};
-  c.pad_token_id = keys.optional_integer("pad_token_id");
+  // Phi3Config's pad default is 32000; the others' none.
+  c.pad_token_id = doc.contains("pad_token_id") || c.family != Family::kPhi3 ? keys.optional_integer("pad_token_id")
+                                                                            : std::optional<int64_t>(32000);
   if (c.pad_token_id && (*c.pad_token_id < 0 || *c.pad_token_id >= c.vocab_size))
     keys.fail("pad_token_id", "outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
   c.raw = doc;
@@ -436,6 +477,8 @@ json model_config_to_json(const ModelConfig& c) {
     out["sliding_window"] = c.sliding_window ? json(*c.sliding_window) : json(nullptr);
   } else if (c.family == Family::kQwen3) {
     out["attention_bias"] = c.attention_bias;
+  } else if (c.family == Family::kPhi3) {
+    out["sliding_window"] = c.sliding_window ? json(*c.sliding_window) : json(nullptr);
   } else if (c.family != Family::kQwen2) {
     out["attention_bias"] = c.attention_bias;
     out["mlp_bias"] = c.mlp_bias;
@@ -456,6 +499,13 @@ json model_config_to_json(const ModelConfig& c) {
             {"low_freq_factor", c.rope.low_freq_factor},
             {"high_freq_factor", c.rope.high_freq_factor},
             {"original_max_position_embeddings", c.rope.original_max_position_embeddings}};
+  } else if (c.rope.type == RopeType::kLongRope) {
+    rope = {{"rope_type", "longrope"}, {"short_factor", c.rope.short_factor}, {"long_factor", c.rope.long_factor}};
+    if (c.rope.factors_given) {  // else transformers derives them again, equally
+      rope["factor"] = c.rope.factor;
+      rope["attention_factor"] = c.rope.attention_factor;
+    }
+    out["original_max_position_embeddings"] = c.rope.original_max_position_embeddings;
   }
   out.erase("rope_scaling");
   out.erase("rope_parameters");

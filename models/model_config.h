@@ -15,18 +15,19 @@
 
 namespace fptrain::models {
 
-enum class Family { kLlama, kMistral, kGranite, kQwen2, kQwen3 };
+enum class Family { kLlama, kMistral, kGranite, kQwen2, kQwen3, kPhi3 };
 
-enum class RopeType { kDefault, kLinear, kLlama3 };
+enum class RopeType { kDefault, kLinear, kLlama3, kLongRope };
 
 }  // namespace fptrain::models
 
 namespace fptrain::common {
 template <>
 struct EnumNames<models::RopeType> {
-  static constexpr std::array<EnumEntry<models::RopeType>, 3> table = {{{models::RopeType::kDefault, "default"},
+  static constexpr std::array<EnumEntry<models::RopeType>, 4> table = {{{models::RopeType::kDefault, "default"},
                                                                        {models::RopeType::kLinear, "linear"},
-                                                                       {models::RopeType::kLlama3, "llama3"}}};
+                                                                       {models::RopeType::kLlama3, "llama3"},
+                                                                       {models::RopeType::kLongRope, "longrope"}}};
 };
 }  // namespace fptrain::common
 
@@ -38,7 +39,12 @@ struct RopeConfig {
   double factor = 1.0;                  // linear and llama3
   double low_freq_factor = 1.0;         // llama3
   double high_freq_factor = 4.0;        // llama3
-  int64_t original_max_position_embeddings = 8192;  // llama3
+  int64_t original_max_position_embeddings = 8192;  // llama3, longrope
+  // longrope (Phi-3): per-frequency divisors for contexts up to / beyond the
+  // original length, and the scale of cos and sin.
+  std::vector<double> short_factor, long_factor;
+  double attention_factor = 1.0;
+  bool factors_given = false;  // longrope: factor and attention_factor were in the file (else derived)
 };
 
 struct ModelConfig {
@@ -60,6 +66,7 @@ struct ModelConfig {
   bool qkv_bias = false;        // biases on q, k and v: attention_bias, or always (Qwen2, without o)
   bool mlp_bias = false;
   bool qk_norm = false;         // RMSNorm of each head of q and k before RoPE (Qwen3)
+  bool fused_projections = false;  // one qkv_proj and one gate_up_proj per layer (Phi-3)
   std::optional<int64_t> sliding_window;  // the window of the sliding layers; none = full causal
   // Per layer: whether it attends within sliding_window (Mistral: every
   // layer; Qwen: layer_types, or the layers from max_window_layers on).

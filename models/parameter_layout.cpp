@@ -19,6 +19,15 @@ std::vector<ParameterInfo> parameter_layout(const ModelConfig& c) {
   out.push_back({"model.embed_tokens.weight", {V, H}, -1});
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = layer_prefix(l);
+    if (c.fused_projections) {  // Phi-3: no biases, qkv and gate_up in one weight each
+      out.push_back({p + "self_attn.qkv_proj.weight", {q + 2 * kv, H}, l});
+      out.push_back({p + "self_attn.o_proj.weight", {H, q}, l});
+      out.push_back({p + "mlp.gate_up_proj.weight", {2 * I, H}, l});
+      out.push_back({p + "mlp.down_proj.weight", {H, I}, l});
+      out.push_back({p + "input_layernorm.weight", {H}, l});
+      out.push_back({p + "post_attention_layernorm.weight", {H}, l});
+      continue;
+    }
     const std::pair<const char*, std::vector<int64_t>> attn[] = {
         {"q_proj", {q, H}}, {"k_proj", {kv, H}}, {"v_proj", {kv, H}}, {"o_proj", {H, q}}};
     for (const auto& [proj, shape] : attn) {

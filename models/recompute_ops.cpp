@@ -64,4 +64,8 @@ at::Tensor RecomputeOps::gated_activation(const at::Tensor& gate, const at::Tens
   return inner_->gated_activation(gate, up);
 }
 
+at::Tensor RecomputeOps::gated_activation_packed(const at::Tensor& gate_up) const {
+  return inner_->gated_activation_packed(gate_up);
+}
+
 }  // namespace fptrain::models

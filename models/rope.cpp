@@ -31,9 +31,19 @@ at::Tensor llama3_inv_freq(const RopeConfig& rope, int64_t head_dim) {
   return at::where(is_medium, smoothed, scaled);
 }
 
+// LongRoPE (Phi-3): 1 / (factor_i * theta ** (2i / dim)), as transformers writes it.
+at::Tensor longrope_inv_freq(const RopeConfig& rope, int64_t head_dim, bool long_context) {
+  const std::vector<double>& factors = long_context ? rope.long_factor : rope.short_factor;
+  if (static_cast<int64_t>(factors.size()) != head_dim / 2)
+    throw std::invalid_argument("rope: longrope needs head_dim / 2 = " + std::to_string(head_dim / 2) + " factors");
+  const at::Tensor ext = at::tensor(factors, at::kDouble).to(at::kFloat);
+  const at::Tensor exponent = at::arange(0, head_dim, 2, at::kLong).to(at::kFloat) / head_dim;
+  return at::reciprocal(ext * at::pow(rope.theta, exponent));
+}
+
 }  // namespace
 
-at::Tensor rope_inv_freq(const RopeConfig& rope, int64_t head_dim) {
+at::Tensor rope_inv_freq(const RopeConfig& rope, int64_t head_dim, bool long_context) {
   if (head_dim <= 0 || head_dim % 2 != 0) {
     throw std::invalid_argument("rope: head_dim must be positive and even; got " + std::to_string(head_dim));
   }
@@ -41,15 +51,17 @@ at::Tensor rope_inv_freq(const RopeConfig& rope, int64_t head_dim) {
     case RopeType::kDefault: return default_inv_freq(rope.theta, head_dim);
     case RopeType::kLinear: return default_inv_freq(rope.theta, head_dim) / rope.factor;
     case RopeType::kLlama3: return llama3_inv_freq(rope, head_dim);
+    case RopeType::kLongRope: return longrope_inv_freq(rope, head_dim, long_context);
   }
   throw std::invalid_argument("rope: unknown rope type");
 }
 
 RotaryTables rotary_tables(const at::Tensor& inv_freq, const at::Tensor& position_ids,
-                           at::ScalarType dtype) {
+                           at::ScalarType dtype, double scale) {
   const at::Tensor freqs = position_ids.to(at::kFloat).unsqueeze(-1) * inv_freq;  // [T, D/2]
   const at::Tensor angles = at::cat({freqs, freqs}, -1).unsqueeze(1);              // [T, 1, D]
-  return {angles.cos().to(dtype), angles.sin().to(dtype)};
+  if (scale == 1.0) return {angles.cos().to(dtype), angles.sin().to(dtype)};
+  return {(angles.cos() * scale).to(dtype), (angles.sin() * scale).to(dtype)};
 }
 
 at::Tensor apply_rotary(const at::Tensor& x, const RotaryTables& tables) {

@@ -87,6 +87,10 @@ TEST_P(DecoderParity, EachExampleMatchesTransformers) {
 TEST_P(DecoderParity, PackEqualsExamplesOneByOne) {
   const Fixture f(GetParam());
   CausalLM model = testing::load_model(f.checkpoint, at::kFloat, at::kCPU, attention::Backend::kReference);
+  // LongRoPE picks its factors from the batch's longest example, in transformers
+  // too: a short example packed with a long one is rotated with the long factors.
+  // Packing equals transformers' packed row instead (Packing.MatchesTransformers...).
+  if (model.config().rope.type == RopeType::kLongRope) GTEST_SKIP() << "LongRoPE depends on the batch by design";
   std::vector<Example> examples;
   for (int i = 0; i < f.golden.num_examples(); ++i) examples.push_back(f.golden.example(i));
 
@@ -137,7 +141,7 @@ TEST_P(DecoderParity, PackOrderDoesNotMatter) {
   for (const auto& [name, g] : a.grads) EXPECT_LE(rel_err(g, b.grads.at(name)), kTolerance) << name;
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, DecoderParity, ::testing::Values("llama", "mistral", "granite", "qwen2", "qwen3"),
+INSTANTIATE_TEST_SUITE_P(Families, DecoderParity, ::testing::Values("llama", "mistral", "granite", "qwen2", "qwen3", "phi3", "phi3_longrope"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

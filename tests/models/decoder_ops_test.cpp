@@ -52,6 +52,10 @@ class CountingOps : public DecoderOps {
     ++calls["gated_activation"];
     return inner_->gated_activation(gate, up);
   }
+  at::Tensor gated_activation_packed(const at::Tensor& gate_up) const override {
+    ++calls["gated_activation"];
+    return inner_->gated_activation_packed(gate_up);
+  }
   attention::Backend backend() const override { return inner_->backend(); }
   GradSink* sink(const Projection& p) const override { return inner_->sink(p); }
 

@@ -24,7 +24,7 @@ import torch
 from safetensors.torch import save_file
 from transformers import (AutoModelForCausalLM, GraniteConfig, GraniteForCausalLM, LlamaConfig,
                           LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
-                          Qwen3Config, Qwen3ForCausalLM)
+                          Phi3Config, Phi3ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 # One example is a single token; the window of the Mistral model (4) is shorter
 # than most of them.
@@ -63,6 +63,19 @@ MODELS = {
         COMMON, num_attention_heads=4, num_key_value_heads=1, head_dim=24, attention_bias=True,
         use_sliding_window=True, sliding_window=3, layer_types=["sliding_attention", "full_attention"]),
         None),
+    # fused qkv_proj and gate_up_proj, GQA 4/2, a window of 6 on every layer.
+    "phi3": (Phi3Config, Phi3ForCausalLM, dict(
+        COMMON, num_attention_heads=4, num_key_value_heads=2, sliding_window=6, pad_token_id=0, bos_token_id=1,
+        eos_token_id=2, rope_theta=10000.0), None),
+    # LongRoPE with an original context of 8: examples of 9 tokens and more (and the
+    # packed row) take the long factors, the shorter ones the short factors; cos and
+    # sin scaled by sqrt(1 + ln(256 / 8) / ln 8).
+    "phi3_longrope": (Phi3Config, Phi3ForCausalLM, dict(
+        COMMON, num_attention_heads=4, num_key_value_heads=4, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        original_max_position_embeddings=8,
+        rope_parameters=dict(rope_type="longrope", rope_theta=10000.0,
+                             short_factor=[1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.1, 3.8],
+                             long_factor=[1.0, 1.5, 2.5, 4.0, 6.0, 9.0, 13.0, 18.0])), None),
 }
 
 

@@ -76,7 +76,7 @@ TEST_P(Bf16Parity, Fp32AndFp16AlsoRunOnCuda) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, Bf16Parity, ::testing::Values("llama", "mistral", "granite", "qwen2", "qwen3"),
+INSTANTIATE_TEST_SUITE_P(Families, Bf16Parity, ::testing::Values("llama", "mistral", "granite", "qwen2", "qwen3", "phi3"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import save_file
 from transformers import (AutoModelForCausalLM, GraniteConfig, GraniteForCausalLM, LlamaConfig,
                           LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
-                          Qwen3Config, Qwen3ForCausalLM)
+                          Phi3Config, Phi3ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 # Lengths cross FA2's tile sizes; one example is a single token.
 LENGTHS = [1, 37, 128, 300, 77, 210]
@@ -47,6 +47,15 @@ MODELS = {
     "qwen3": (Qwen3Config, Qwen3ForCausalLM, dict(
         COMMON, num_attention_heads=2, num_key_value_heads=1, head_dim=128, attention_bias=True,
         use_sliding_window=True, sliding_window=64, layer_types=["sliding_attention", "full_attention"]), None),
+    # fused qkv and gate_up weights, window 96, head_dim 64; LongRoPE's short factors and
+    # its cos/sin scale (an original context of 512, beyond every example: packed and
+    # one by one rotate alike; the long factors are tested on the CPU).
+    "phi3": (Phi3Config, Phi3ForCausalLM, dict(
+        COMMON, num_attention_heads=4, num_key_value_heads=2, sliding_window=96, pad_token_id=0,
+        original_max_position_embeddings=512,
+        rope_parameters=dict(rope_type="longrope", rope_theta=10000.0,
+                             short_factor=[1.0 + 0.1 * i for i in range(32)],
+                             long_factor=[1.0 + 0.5 * i for i in range(32)])), None),
 }
 
 

@@ -43,7 +43,7 @@ void expect_equal_to_reference(const TensorMap& got, const std::string& ref_fold
 // ---- expected shapes ----------------------------------------------------------
 
 TEST(ExpectedShapes, MatchTheTensorsTransformersSaved) {
-  for (const std::string name : {"llama", "llama_linear", "mistral", "granite", "qwen2", "qwen3"}) {
+  for (const std::string name : {"llama", "llama_linear", "mistral", "granite", "qwen2", "qwen3", "phi3"}) {
     SCOPED_TRACE(name);
     const auto shapes = expected_parameter_shapes(config_of(name));
     const json checksums = read_json(fixture(name + "_ref/expected.json"))["checksums"];
@@ -74,7 +74,7 @@ TEST_P(LoadFromTransformers, ConvertsToBf16OnLoad) {
 
 INSTANTIATE_TEST_SUITE_P(Models, LoadFromTransformers,
                          ::testing::Values("llama", "llama_linear", "mistral", "mistral_nowindow", "granite", "qwen2",
-                                           "qwen3"));
+                                           "qwen3", "phi3"));
 
 TEST(LoadPretrained, ShardedCheckpointsEqualTransformersWeights) {
   for (const std::string name : {"llama", "granite"}) {
@@ -272,8 +272,8 @@ TEST(SavePretrained, TiedModelLoadsInTransformersWithIdenticalLogits) {
   expect_transformers_agrees(dir / "out", "granite", "--expect-tied");
 }
 
-TEST(SavePretrained, QwenModelsLoadInTransformersWithIdenticalLogits) {
-  for (const std::string name : {"qwen2", "qwen3"}) {  // qwen2 tied, qwen3 untied
+TEST(SavePretrained, QwenAndPhi3ModelsLoadInTransformersWithIdenticalLogits) {
+  for (const std::string name : {"qwen2", "qwen3", "phi3"}) {  // qwen2 tied; phi3 fused weights and LongRoPE
     SCOPED_TRACE(name);
     ScratchDir dir("save");
     const ModelConfig c = config_of(name);

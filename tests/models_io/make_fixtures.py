@@ -18,8 +18,8 @@ import shutil
 import torch
 import transformers
 from safetensors.torch import save_file
-from transformers import (AutoConfig, AutoModelForCausalLM, GraniteConfig, LlamaConfig, MistralConfig, Qwen2Config,
-                          Qwen3Config)
+from transformers import (AutoConfig, AutoModelForCausalLM, GraniteConfig, LlamaConfig, MistralConfig, Phi3Config,
+                          Qwen2Config, Qwen3Config)
 
 TINY = dict(vocab_size=96, hidden_size=32, intermediate_size=56, num_hidden_layers=2)
 
@@ -54,6 +54,13 @@ MODELS = {
     "qwen3": lambda: Qwen3Config(
         **TINY, num_attention_heads=4, num_key_value_heads=1, head_dim=12, attention_bias=True,
         use_sliding_window=True, sliding_window=6, layer_types=["sliding_attention", "full_attention"]),
+    # fused qkv / gate_up weights, a window on every layer, LongRoPE (v4 spelling "su" as older
+    # Phi-3 checkpoints write it is tested on the written config), GQA
+    "phi3": lambda: Phi3Config(
+        **TINY, num_attention_heads=4, num_key_value_heads=2, sliding_window=9, pad_token_id=3,
+        max_position_embeddings=512, original_max_position_embeddings=64,
+        rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                         "short_factor": [1.0, 1.2, 1.5, 2.0], "long_factor": [1.0, 2.0, 4.0, 8.0]}),
 }
 SHARDED = {"llama": "20KB", "granite": "16KB"}
 BF16 = {"mistral"}  # also saved in bfloat16 to test conversion on load
@@ -63,11 +70,11 @@ def dtype_name(dtype):
     return str(dtype).replace("torch.", "") if dtype is not None else None
 
 
-WINDOWED = ("mistral", "qwen2", "qwen3")
+WINDOWED = ("mistral", "qwen2", "qwen3", "phi3")
 
 
 def layer_window(config, attn):
-    if config.model_type == "mistral":
+    if config.model_type in ("mistral", "phi3"):
         return config.sliding_window
     return getattr(attn, "sliding_window", None)
 
@@ -75,6 +82,7 @@ def layer_window(config, attn):
 def describe(config, model):
     """What transformers makes of a config: read from the config and the live modules."""
     attn = model.model.layers[0].self_attn
+    fused = hasattr(attn, "qkv_proj")  # Phi-3
     mlp = model.model.layers[0].mlp
     rope = dict(config.rope_parameters)
     emb = model.get_input_embeddings().weight
@@ -87,17 +95,17 @@ def describe(config, model):
         "intermediate_size": config.intermediate_size,
         "num_hidden_layers": config.num_hidden_layers,
         "num_attention_heads": config.num_attention_heads,
-        "num_key_value_heads": attn.k_proj.out_features // attn.head_dim,
+        "num_key_value_heads": (config.num_key_value_heads if fused else attn.k_proj.out_features // attn.head_dim),
         "head_dim": attn.head_dim,
         "max_position_embeddings": config.max_position_embeddings,
         "rms_norm_eps": model.model.norm.variance_epsilon,
         "tie_word_embeddings": tied,
-        "attention_bias": attn.q_proj.bias is not None,
+        "attention_bias": (attn.qkv_proj if fused else attn.q_proj).bias is not None,
         "qk_norm": hasattr(attn, "q_norm"),
         # each layer's window (None: full causal attention)
         "layer_windows": [layer_window(config, layer.self_attn) for layer in model.model.layers],
         "o_proj_bias": attn.o_proj.bias is not None,
-        "mlp_bias": mlp.gate_proj.bias is not None,
+        "mlp_bias": (mlp.gate_up_proj if fused else mlp.gate_proj).bias is not None,
         "attention_dropout": config.attention_dropout,
         "sliding_window": getattr(config, "sliding_window", None) if config.model_type in WINDOWED else None,
         "softmax_scale": attn.scaling,

@@ -122,7 +122,7 @@ TEST_P(ConfigFromTransformers, RopeFrequenciesMatchTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Models, ConfigFromTransformers,
                          ::testing::Values("llama", "llama_linear", "mistral", "mistral_nowindow", "granite", "qwen2",
-                                           "qwen3"));
+                                           "qwen3", "phi3"));
 
 class ConfigDefaults : public ::testing::TestWithParam<std::string> {};
 
