@@ -30,12 +30,6 @@ using torch::autograd::variable_list;
 
 [[noreturn]] void fail(const std::string& what) { throw std::invalid_argument("linear_cross_entropy: " + what); }
 
-std::string shape_text(const at::Tensor& t) {
-  std::string s = "[";
-  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
-  return s + "]";
-}
-
 void check_arguments(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
                      double divisor) {
   if (!hidden.defined() || hidden.dim() != 2 || !at::isFloatingType(hidden.scalar_type())) {
@@ -43,7 +37,7 @@ void check_arguments(const at::Tensor& hidden, const at::Tensor& weight, const a
   }
   if (!weight.defined() || weight.dim() != 2 || weight.size(1) != hidden.size(1)) {
     fail("weight must be [V, H] with H = " + std::to_string(hidden.size(1)) + "; got " +
-         (weight.defined() ? shape_text(weight) : std::string("none")));
+         (weight.defined() ? c10::str(weight.sizes()) : std::string("none")));
   }
   if (weight.scalar_type() != hidden.scalar_type() || weight.device() != hidden.device()) {
     fail(std::string("weight is ") + c10::toString(weight.scalar_type()) + " on " + weight.device().str() +
@@ -253,7 +247,7 @@ at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weig
   at::Tensor host_targets = targets_cpu;
   if (host_targets.defined()) {
     if (!host_targets.is_cpu() || host_targets.scalar_type() != at::kLong || host_targets.sizes() != targets.sizes()) {
-      fail("targets_cpu must be an int64 CPU copy of targets " + shape_text(targets));
+      fail("targets_cpu must be an int64 CPU copy of targets " + c10::str(targets.sizes()));
     }
   } else {
     host_targets = targets.is_cpu() ? targets : targets.to(at::kCPU);  // waits for the device
