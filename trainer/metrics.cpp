@@ -102,121 +102,130 @@ void MetricsLogger::record(const StepRecord& r, int64_t log_interval, bool force
 
 void MetricsLogger::flush_interval() {
   if (pending_.empty()) return;
+  const Interval v = sum_interval();
+  write(interval_record(v));
+  if (scope_.writer) log::info(progress_line(v));
+  pending_.clear();
+}
+
+MetricsLogger::Interval MetricsLogger::sum_interval() {
   // One synchronization per log line: all losses of the interval at once.
   std::vector<at::Tensor> losses;
   for (const auto& p : pending_) losses.push_back(p.loss);
   const at::Tensor host = at::stack(losses).to(at::kDouble).cpu();
   const double* lv = host.data_ptr<double>();
-  double loss_sum = 0, seconds = 0, wait = 0, comm = 0;
-  int64_t tokens = 0, padding = 0, supervised = 0, examples = 0;
+  Interval v;
+  double loss_sum = 0;
   for (size_t i = 0; i < pending_.size(); ++i) {
     const auto& p = pending_[i];
     loss_sum += lv[i];
-    seconds += p.step_seconds;
-    wait += p.data_wait_seconds;
-    if (p.comm) comm += p.comm->seconds();
-    tokens += p.tokens - p.padding;
-    padding += p.padding;
-    supervised += p.supervised;
-    examples += p.examples;
+    v.seconds += p.step_seconds;
+    v.wait += p.data_wait_seconds;
+    if (p.comm) v.comm += p.comm->seconds();
+    v.tokens += p.tokens - p.padding;
+    v.padding += p.padding;
+    v.supervised += p.supervised;
+    v.examples += p.examples;
     if (!totals_.first_loss) totals_.first_loss = lv[i];
     totals_.last_loss = lv[i];
     totals_.min_loss = std::min(totals_.min_loss.value_or(lv[i]), lv[i]);
   }
   const StepRecord& last = pending_.back();
-  const double n = static_cast<double>(pending_.size());
-  const double loss = loss_sum / n;
-  if (!std::isfinite(loss))
-    throw std::runtime_error("the training loss became " + std::to_string(loss) + " by step " +
-                             std::to_string(pending_.back().step) +
+  v.n = static_cast<double>(pending_.size());
+  v.loss = loss_sum / v.n;
+  if (!std::isfinite(v.loss))
+    throw std::runtime_error("the training loss became " + std::to_string(v.loss) + " by step " +
+                             std::to_string(last.step) +
                              " (diverged: lower optimizer.lr, keep optimizer.grad_clip on, or check the data); "
                              "checkpoints in the run folder predate it");
-  const double grad_norm = last.grad_norm.defined() ? last.grad_norm.item<double>() : 0.0;
-  const double tps = seconds > 0 ? tokens / seconds : 0.0;
-  const double sps = seconds > 0 ? supervised / seconds : 0.0;
-  const double pad_frac = (tokens + padding) > 0 ? static_cast<double>(padding) / (tokens + padding) : 0.0;
-  // Tokens are the whole group's; MFU is per GPU.
-  const double tps_gpu = tps / scope_.world_size;
-  std::optional<double> mfu;
-  if (device_.peak_bf16_flops) mfu = 6.0 * static_cast<double>(num_parameters_) * tps_gpu / *device_.peak_bf16_flops;
-  const MemoryStats mem = peak_memory();
+  v.grad_norm = last.grad_norm.defined() ? last.grad_norm.item<double>() : 0.0;
+  v.tps = v.seconds > 0 ? v.tokens / v.seconds : 0.0;
+  v.sps = v.seconds > 0 ? v.supervised / v.seconds : 0.0;
+  v.pad_frac = (v.tokens + v.padding) > 0 ? static_cast<double>(v.padding) / (v.tokens + v.padding) : 0.0;
+  v.tps_gpu = v.tps / scope_.world_size;  // tokens are the whole group's; MFU is per GPU
+  if (device_.peak_bf16_flops) v.mfu = 6.0 * static_cast<double>(num_parameters_) * v.tps_gpu / *device_.peak_bf16_flops;
+  v.mem = peak_memory();
 
   totals_.steps += static_cast<int64_t>(pending_.size());
-  totals_.examples += examples;
-  totals_.tokens += tokens;
-  totals_.supervised += supervised;
-  totals_.padding += padding;
-  totals_.seconds += seconds;
-  totals_.data_wait_seconds += wait;
-
+  totals_.examples += v.examples;
+  totals_.tokens += v.tokens;
+  totals_.supervised += v.supervised;
+  totals_.padding += v.padding;
+  totals_.seconds += v.seconds;
+  totals_.data_wait_seconds += v.wait;
   const double per_step = totals_.seconds / std::max<int64_t>(1, totals_.steps);
-  const double eta = per_step * static_cast<double>(std::max<int64_t>(0, total_steps_ - last.step));
+  v.eta = per_step * static_cast<double>(std::max<int64_t>(0, total_steps_ - last.step));
+  return v;
+}
 
+nlohmann::json MetricsLogger::interval_record(const Interval& v) const {
+  const StepRecord& last = pending_.back();
   nlohmann::json j = {{"step", last.step},
                       {"epoch", last.epoch},
-                      {"loss", loss},
+                      {"loss", v.loss},
                       {"lr", last.lr},
-                      {"grad_norm", grad_norm},
-                      {"tokens_per_s", tps},
-                      {"supervised_tokens_per_s", sps},
-                      {"padding_fraction", pad_frac},
-                      {"mfu", mfu ? nlohmann::json(*mfu) : nlohmann::json(nullptr)},
-                      {"step_time_s", seconds / n},
-                      {"data_wait_s", wait / n},
-                      {"examples", examples},
-                      {"tokens", tokens},
-                      {"supervised_tokens", supervised},
+                      {"grad_norm", v.grad_norm},
+                      {"tokens_per_s", v.tps},
+                      {"supervised_tokens_per_s", v.sps},
+                      {"padding_fraction", v.pad_frac},
+                      {"mfu", v.mfu ? nlohmann::json(*v.mfu) : nlohmann::json(nullptr)},
+                      {"step_time_s", v.seconds / v.n},
+                      {"data_wait_s", v.wait / v.n},
+                      {"examples", v.examples},
+                      {"tokens", v.tokens},
+                      {"supervised_tokens", v.supervised},
                       {"steps_in_record", pending_.size()},
-                      {"peak_rss_bytes", mem.peak_rss_bytes},
+                      {"peak_rss_bytes", v.mem.peak_rss_bytes},
                       {"elapsed_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count()}};
   if (device_.device.is_cuda()) {
-    j["peak_allocated_bytes"] = mem.peak_allocated_bytes;
-    j["peak_reserved_bytes"] = mem.peak_reserved_bytes;
+    j["peak_allocated_bytes"] = v.mem.peak_allocated_bytes;
+    j["peak_reserved_bytes"] = v.mem.peak_reserved_bytes;
   }
   if (scope_.world_size > 1) {
     j["world_size"] = scope_.world_size;
-    j["tokens_per_s_per_gpu"] = tps_gpu;
-    j["exposed_comm_s"] = comm / n;  // per step
+    j["tokens_per_s_per_gpu"] = v.tps_gpu;
+    j["exposed_comm_s"] = v.comm / v.n;  // per step
   }
-  write(j);
-  if (!scope_.writer) {
-    pending_.clear();
-    return;
-  }
+  return j;
+}
 
+// "step 120/1000 | loss 1.2345 | lr 2e-05 | grad 0.812 | 10.3k tok/s | ... | ETA 1h02m"
+std::string MetricsLogger::progress_line(const Interval& v) const {
+  const StepRecord& last = pending_.back();
   std::ostringstream line;
   char buf[256];
   std::snprintf(buf, sizeof buf, "step %lld/%lld | loss %.4f | lr %.3g | grad %.3f | %s tok/s | sup %s tok/s",
-                (long long)last.step, (long long)total_steps_, loss, last.lr, grad_norm, format_count(tps).c_str(),
-                format_count(sps).c_str());
+                (long long)last.step, (long long)total_steps_, v.loss, last.lr, v.grad_norm,
+                format_count(v.tps).c_str(), format_count(v.sps).c_str());
   line << buf;
   if (scope_.world_size > 1) {
-    std::snprintf(buf, sizeof buf, " (%s per %s)", format_count(tps_gpu).c_str(), device_.device.is_cuda() ? "GPU" : "rank");
+    std::snprintf(buf, sizeof buf, " (%s per %s)", format_count(v.tps_gpu).c_str(),
+                  device_.device.is_cuda() ? "GPU" : "rank");
     line << buf;
   }
-  if (pad_frac > 0) {
-    std::snprintf(buf, sizeof buf, " | pad %.1f%%", 100 * pad_frac);
+  if (v.pad_frac > 0) {
+    std::snprintf(buf, sizeof buf, " | pad %.1f%%", 100 * v.pad_frac);
     line << buf;
   }
-  if (mfu) {
-    std::snprintf(buf, sizeof buf, " | MFU %.1f%%", 100 * *mfu);
+  if (v.mfu) {
+    std::snprintf(buf, sizeof buf, " | MFU %.1f%%", 100 * *v.mfu);
     line << buf;
   }
-  std::snprintf(buf, sizeof buf, " | %.0f ms/step (data %.0f ms", 1000 * seconds / n, 1000 * wait / n);
+  std::snprintf(buf, sizeof buf, " | %.0f ms/step (data %.0f ms", 1000 * v.seconds / v.n, 1000 * v.wait / v.n);
   line << buf;
   if (scope_.world_size > 1) {
-    std::snprintf(buf, sizeof buf, ", comm %.0f ms", 1000 * comm / n);
+    std::snprintf(buf, sizeof buf, ", comm %.0f ms", 1000 * v.comm / v.n);
     line << buf;
   }
   line << ")";
   if (device_.device.is_cuda()) {
-    std::snprintf(buf, sizeof buf, " | mem %.1f/%.1f GiB", gib(mem.peak_allocated_bytes), gib(mem.peak_reserved_bytes));
+    std::snprintf(buf, sizeof buf, " | mem %.1f/%.1f GiB", gib(v.mem.peak_allocated_bytes),
+                  gib(v.mem.peak_reserved_bytes));
   } else {
-    std::snprintf(buf, sizeof buf, " | rss %.2f GiB", gib(mem.peak_rss_bytes));
+    std::snprintf(buf, sizeof buf, " | rss %.2f GiB", gib(v.mem.peak_rss_bytes));
   }
-  line << buf << " | ETA " << format_duration(eta);
-  log::info(line.str());
-  pending_.clear();
+  line << buf << " | ETA " << format_duration(v.eta);
+  return line.str();
 }
 
 void MetricsLogger::record_eval(int64_t step, double loss, int64_t supervised_tokens, double seconds) {

@@ -83,7 +83,18 @@ class MetricsLogger {
   std::filesystem::path path() const { return path_; }
 
  private:
+  // What one log interval adds up to (flush_interval's figures).
+  struct Interval {
+    double n = 0, loss = 0, grad_norm = 0, seconds = 0, wait = 0, comm = 0;
+    double tps = 0, sps = 0, pad_frac = 0, tps_gpu = 0, eta = 0;
+    int64_t tokens = 0, padding = 0, supervised = 0, examples = 0;
+    std::optional<double> mfu;
+    MemoryStats mem;
+  };
   void flush_interval();
+  Interval sum_interval();  // reads the losses (one sync) and adds to the totals
+  nlohmann::json interval_record(const Interval& v) const;
+  std::string progress_line(const Interval& v) const;
 
   void write(const nlohmann::json& j);
   MemoryStats peak_memory() const;
