@@ -92,40 +92,123 @@ struct SafetensorsFile::Mapping {
   }
 };
 
-SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path) {
-  const std::string file = path.string();
-  auto fail = [&](const std::string& problem) -> void {
-    throw std::runtime_error(file + ": " + problem);
-  };
+namespace {
 
+[[noreturn]] void fail_file(const std::string& file, const std::string& problem) {
+  throw std::runtime_error(file + ": " + problem);
+}
+
+// The shape of one tensor, read unsigned and counted in 128 bits, so an absurd
+// shape is reported as it is written instead of wrapping around; returns its
+// element count.
+unsigned __int128 read_shape(const json& value, const std::string& file, const std::string& where,
+                             SafetensorsEntry& e, std::vector<uint64_t>& dims) {
+  if (!value.contains("shape") || !value["shape"].is_array()) fail_file(file, where + "missing or non-list 'shape'");
+  for (const json& d : value["shape"]) {
+    if (!d.is_number_unsigned())
+      fail_file(file, where + "shape " + common::json_excerpt(value["shape"]) + " has a non-integer or negative size");
+    dims.push_back(d.get<uint64_t>());
+  }
+  const auto kMaxDim = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  for (uint64_t d : dims)
+    if (d > kMaxDim) fail_file(file, where + "shape " + shape_text(dims) + " has a dimension above 2^63-1");
+  const bool empty = std::find(dims.begin(), dims.end(), uint64_t{0}) != dims.end();
+  unsigned __int128 numel = empty ? 0 : 1;
+  for (size_t i = 0; !empty && i < dims.size(); ++i) {
+    numel *= dims[i];  // < 2^64 * 2^63 before the check: no 128-bit overflow
+    if (numel > std::numeric_limits<uint64_t>::max())
+      fail_file(file, where + "shape " + shape_text(dims) + ": the element count overflows 64 bits (corrupt shape)");
+  }
+  for (uint64_t d : dims) e.shape.push_back(static_cast<int64_t>(d));
+  return numel;
+}
+
+// One tensor's header entry, checked: dtype, shape, and a byte range that
+// matches them and lies inside the data section.
+SafetensorsEntry read_entry(const std::string& name, const json& value, uint64_t data_size, const std::string& file) {
+  const std::string where = "tensor " + quoted_name(name) + ": ";
+  if (!value.is_object()) fail_file(file, where + "entry is not an object");
+  SafetensorsEntry e;
+  e.name = name;
+  if (!value.contains("dtype") || !value["dtype"].is_string()) fail_file(file, where + "missing or non-string 'dtype'");
+  e.dtype_name = value["dtype"].get<std::string>();
+  try {
+    e.dtype = safetensors_dtype(e.dtype_name);
+  } catch (const std::invalid_argument&) {
+    fail_file(file, where + "unknown dtype " + quoted_name(e.dtype_name));
+  }
+  std::vector<uint64_t> dims;
+  const unsigned __int128 numel = read_shape(value, file, where, e, dims);
+
+  const json& offs = value.contains("data_offsets") ? value["data_offsets"] : json();
+  if (!offs.is_array() || offs.size() != 2 || !offs[0].is_number_unsigned() || !offs[1].is_number_unsigned())
+    fail_file(file, where + "'data_offsets' must be two non-negative integers, got " + common::json_excerpt(offs));
+  e.begin = offs[0].get<uint64_t>();
+  e.end = offs[1].get<uint64_t>();
+  if (e.end < e.begin) fail_file(file, where + "data_offsets " + range_text(e.begin, e.end) + " end before they begin");
+
+  const unsigned __int128 need = numel * c10::elementSize(e.dtype);
+  if (need > std::numeric_limits<uint64_t>::max())
+    fail_file(file, where + "shape " + shape_text(dims) + " of " + e.dtype_name +
+                        ": the byte size overflows 64 bits (corrupt shape)");
+  if (need != e.num_bytes())
+    fail_file(file, where + "shape " + shape_text(dims) + " of " + e.dtype_name + " needs " +
+                        std::to_string(static_cast<uint64_t>(need)) + " bytes but data_offsets " +
+                        range_text(e.begin, e.end) + " span " + std::to_string(e.num_bytes()) +
+                        " (dtype or shape does not match the data)");
+  if (e.end > data_size)
+    fail_file(file, where + "data_offsets " + range_text(e.begin, e.end) + " run past the end of the data section (" +
+                        std::to_string(data_size) + " bytes): the file is truncated");
+  return e;
+}
+
+// Entries sorted by offset; no two may share a byte.
+void check_no_overlap(const std::vector<SafetensorsEntry>& entries, const std::string& file) {
+  const SafetensorsEntry* prev = nullptr;
+  for (const auto& e : entries) {
+    if (e.num_bytes() == 0) continue;  // empty tensors occupy no bytes
+    if (prev && e.begin < prev->end)
+      fail_file(file, "tensors " + quoted_name(prev->name) + " " + range_text(prev->begin, prev->end) + " and " +
+                          quoted_name(e.name) + " " + range_text(e.begin, e.end) + " have overlapping data_offsets");
+    prev = &e;
+  }
+}
+
+}  // namespace
+
+// Opens and maps the file read-only; returns its size.
+uint64_t SafetensorsFile::map_file(const std::string& file) {
   mapping_ = std::make_shared<Mapping>();
   const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("cannot open: " + errno_text());
+  if (fd < 0) fail_file(file, "cannot open: " + errno_text());
   mapping_->fd = fd;
   struct stat st {};
-  if (::fstat(fd, &st) != 0) fail("cannot stat: " + errno_text());
-  if (!S_ISREG(st.st_mode)) fail("not a regular file");
+  if (::fstat(fd, &st) != 0) fail_file(file, "cannot stat: " + errno_text());
+  if (!S_ISREG(st.st_mode)) fail_file(file, "not a regular file");
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size < 8)
-    fail("truncated: the file has " + std::to_string(size) +
-         " bytes, fewer than the 8-byte header length field");
-
+    fail_file(file, "truncated: the file has " + std::to_string(size) +
+                        " bytes, fewer than the 8-byte header length field");
   mapping_->addr = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   if (mapping_->addr == MAP_FAILED) {
     mapping_->addr = nullptr;
-    fail("cannot mmap: " + errno_text());
+    fail_file(file, "cannot mmap: " + errno_text());
   }
   mapping_->size = size;
-  const auto* bytes = static_cast<const uint8_t*>(mapping_->addr);
+  return size;
+}
 
+SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path) {
+  const std::string file = path.string();
+  const uint64_t size = map_file(file);
+  const auto* bytes = static_cast<const uint8_t*>(mapping_->addr);
   const uint64_t header_len = read_le64(bytes);
   if (header_len > size - 8)
-    fail("header length " + std::to_string(header_len) + " runs past the end of the file (" +
-         std::to_string(size) + " bytes): the file is truncated or not safetensors");
+    fail_file(file, "header length " + std::to_string(header_len) + " runs past the end of the file (" +
+                        std::to_string(size) + " bytes): the file is truncated or not safetensors");
   if (header_len > kMaxHeaderBytes)
-    fail("header length " + std::to_string(header_len) + " exceeds the 100 MB limit: corrupt length field");
+    fail_file(file, "header length " + std::to_string(header_len) + " exceeds the 100 MB limit: corrupt length field");
   data_start_ = 8 + header_len;
-  const uint64_t data_size = size - data_start_;
 
   json header;
   try {
@@ -134,84 +217,22 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path
   } catch (const std::invalid_argument& e) {
     throw std::runtime_error(e.what());  // "<file>: header: invalid JSON: ..."
   }
-  if (!header.is_object()) fail("the header is not a JSON object");
-
+  if (!header.is_object()) fail_file(file, "the header is not a JSON object");
   for (const auto& [name, value] : header.items()) {
-    if (name == "__metadata__") {
-      if (value.is_null()) continue;
-      if (!value.is_object()) fail("__metadata__ is not an object");
+    if (name != "__metadata__") {
+      entries_.push_back(read_entry(name, value, size - data_start_, file));
+    } else if (!value.is_null()) {
+      if (!value.is_object()) fail_file(file, "__metadata__ is not an object");
       for (const auto& [k, v] : value.items()) {
-        if (!v.is_string()) fail("__metadata__ value for " + quoted_name(k) + " is not a string");
+        if (!v.is_string()) fail_file(file, "__metadata__ value for " + quoted_name(k) + " is not a string");
         metadata_[k] = v.get<std::string>();
       }
-      continue;
     }
-    const std::string where = "tensor " + quoted_name(name) + ": ";
-    if (!value.is_object()) fail(where + "entry is not an object");
-    SafetensorsEntry e;
-    e.name = name;
-
-    if (!value.contains("dtype") || !value["dtype"].is_string()) fail(where + "missing or non-string 'dtype'");
-    e.dtype_name = value["dtype"].get<std::string>();
-    try {
-      e.dtype = safetensors_dtype(e.dtype_name);
-    } catch (const std::invalid_argument&) {
-      fail(where + "unknown dtype " + quoted_name(e.dtype_name));
-    }
-
-    if (!value.contains("shape") || !value["shape"].is_array()) fail(where + "missing or non-list 'shape'");
-    // Dimensions are read unsigned and elements counted in 128 bits, so an
-    // absurd shape is reported as it is written instead of wrapping around.
-    std::vector<uint64_t> dims;
-    for (const json& d : value["shape"]) {
-      if (!d.is_number_unsigned())
-        fail(where + "shape " + common::json_excerpt(value["shape"]) + " has a non-integer or negative size");
-      dims.push_back(d.get<uint64_t>());
-    }
-    const auto kMaxDim = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
-    for (uint64_t d : dims)
-      if (d > kMaxDim) fail(where + "shape " + shape_text(dims) + " has a dimension above 2^63-1");
-    const bool empty = std::find(dims.begin(), dims.end(), uint64_t{0}) != dims.end();
-    unsigned __int128 numel = empty ? 0 : 1;
-    for (size_t i = 0; !empty && i < dims.size(); ++i) {
-      numel *= dims[i];  // < 2^64 * 2^63 before the check: no 128-bit overflow
-      if (numel > std::numeric_limits<uint64_t>::max())
-        fail(where + "shape " + shape_text(dims) + ": the element count overflows 64 bits (corrupt shape)");
-    }
-    for (uint64_t d : dims) e.shape.push_back(static_cast<int64_t>(d));
-
-    const json& offs = value.contains("data_offsets") ? value["data_offsets"] : json();
-    if (!offs.is_array() || offs.size() != 2 || !offs[0].is_number_unsigned() || !offs[1].is_number_unsigned())
-      fail(where + "'data_offsets' must be two non-negative integers, got " + common::json_excerpt(offs));
-    e.begin = offs[0].get<uint64_t>();
-    e.end = offs[1].get<uint64_t>();
-    if (e.end < e.begin) fail(where + "data_offsets " + range_text(e.begin, e.end) + " end before they begin");
-
-    const unsigned __int128 need = numel * c10::elementSize(e.dtype);
-    if (need > std::numeric_limits<uint64_t>::max())
-      fail(where + "shape " + shape_text(dims) + " of " + e.dtype_name +
-           ": the byte size overflows 64 bits (corrupt shape)");
-    if (need != e.num_bytes())
-      fail(where + "shape " + shape_text(dims) + " of " + e.dtype_name + " needs " +
-           std::to_string(static_cast<uint64_t>(need)) + " bytes but data_offsets " + range_text(e.begin, e.end) +
-           " span " + std::to_string(e.num_bytes()) + " (dtype or shape does not match the data)");
-    if (e.end > data_size)
-      fail(where + "data_offsets " + range_text(e.begin, e.end) + " run past the end of the data section (" +
-           std::to_string(data_size) + " bytes): the file is truncated");
-    entries_.push_back(std::move(e));
   }
-
   std::sort(entries_.begin(), entries_.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
-  const SafetensorsEntry* prev = nullptr;
-  for (const auto& e : entries_) {
-    if (e.num_bytes() == 0) continue;  // empty tensors occupy no bytes
-    if (prev && e.begin < prev->end)
-      fail("tensors " + quoted_name(prev->name) + " " + range_text(prev->begin, prev->end) + " and " +
-           quoted_name(e.name) + " " + range_text(e.begin, e.end) + " have overlapping data_offsets");
-    prev = &e;
-  }
+  check_no_overlap(entries_, file);
   for (size_t i = 0; i < entries_.size(); ++i) index_[entries_[i].name] = i;
 }
 

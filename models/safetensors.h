@@ -72,6 +72,7 @@ class SafetensorsFile {
 
  private:
   struct Mapping;
+  uint64_t map_file(const std::string& file);  // sets mapping_; returns the file's size
   std::filesystem::path path_;
   std::shared_ptr<Mapping> mapping_;
   std::vector<SafetensorsEntry> entries_;
