@@ -90,8 +90,7 @@ CausalLM::CausalLM(ModelConfig config, TensorMap parameters, attention::Backend 
     const std::string a = p + "self_attn.", m = p + "mlp.";
     const bool qkv = config_.qkv_bias, ob = config_.attention_bias, mb = config_.mlp_bias;
     LayerWeights w{&weight(p + "input_layernorm.weight"), &weight(p + "post_attention_layernorm.weight")};
-    w.fused = config_.fused_projections;
-    if (w.fused) {
+    if (config_.fused_projections) {
       w.qkv = projection(a + "qkv_proj", false, R::kQkv);
       w.o = projection(a + "o_proj", false, R::kO);
       w.gate_up = projection(m + "gate_up_proj", false, R::kGateUp);
@@ -198,7 +197,7 @@ at::Tensor CausalLM::self_attention(const LayerWeights& w, const at::Tensor& x, 
   const int64_t T = x.size(0), D = config_.head_dim;
   const int64_t Hq = config_.num_attention_heads, Hkv = config_.num_key_value_heads;
   at::Tensor q, k, v;
-  if (w.fused) {  // Phi-3: one GEMM, then q, k and v side by side in its output
+  if (w.fused()) {  // Phi-3: one GEMM, then q, k and v side by side in its output
     const at::Tensor qkv = ops.linear(x, w.qkv);
     q = qkv.narrow(1, 0, Hq * D).view({T, Hq, D});
     k = qkv.narrow(1, Hq * D, Hkv * D).view({T, Hkv, D});
@@ -226,7 +225,7 @@ at::Tensor CausalLM::mlp_block(int64_t layer, const at::Tensor& x, const Decoder
 
 // SwiGLU: down(silu(gate(x)) * up(x)).
 at::Tensor CausalLM::mlp(const LayerWeights& w, const at::Tensor& x, const DecoderOps& ops) const {
-  if (w.fused) return ops.linear(ops.gated_activation_packed(ops.linear(x, w.gate_up)), w.down);  // Phi-3
+  if (w.fused()) return ops.linear(ops.gated_activation_packed(ops.linear(x, w.gate_up)), w.down);  // Phi-3
   const at::Tensor gate = ops.linear(x, w.gate);
   const at::Tensor up = ops.linear(x, w.up);
   return ops.linear(ops.gated_activation(gate, up), w.down);

@@ -106,7 +106,7 @@ class CausalLM {
     const at::Tensor *input_norm, *post_norm;
     Projection q, k, v, o, gate, up, down;
     Projection qkv, gate_up;  // Phi-3's fused weights (then q, k, v, gate and up are unused)
-    bool fused = false;
+    bool fused() const { return qkv.weight != nullptr; }
     const at::Tensor *q_norm = nullptr, *k_norm = nullptr;  // Qwen3
   };
   at::Tensor decoder_layer(int64_t layer, const at::Tensor& x, const RotaryTables& rope,

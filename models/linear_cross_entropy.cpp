@@ -60,6 +60,11 @@ struct Plan {
   double divisor = 1.0;
   int64_t chunk = 1;
   bool grad_hidden = false, grad_weight = false;
+  // One chunk of 16-bit values on CUDA: its GEMM is autograd's single GEMM (fp32
+  // accumulation, one rounding), written straight in the model dtype, so no fp32
+  // [V, H] sum is needed (4 bytes per head weight at the step's peak: 2.3 GiB for
+  // Qwen's 152k vocabulary at hidden 4096).
+  bool weight_grad_in_one_gemm = false;
 
   // The supervised rows of x ([T, ...]): a view when they are one run.
   at::Tensor select(const at::Tensor& x) const {
@@ -164,12 +169,7 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
       grad_hidden_rows = plan.rows.defined() ? at::empty({S, H}, hidden.options())
                                              : grad_hidden.narrow(0, plan.first, S);
     }
-    // One chunk of 16-bit values on CUDA: its GEMM is autograd's single GEMM (fp32
-    // accumulation, one rounding), written straight in the model dtype, so no fp32
-    // [V, H] sum is needed (4 bytes per head weight at the step's peak: 2.3 GiB for
-    // Qwen's 152k vocabulary at hidden 4096).
-    const bool one_gemm = plan.grad_weight && S <= plan.chunk && weight.is_cuda() &&
-                          (dtype == at::kBFloat16 || dtype == at::kHalf);
+    const bool one_gemm = plan.weight_grad_in_one_gemm;
     at::Tensor grad_weight;
     if (plan.grad_weight && !one_gemm) {
       grad_weight_sum = at::zeros(weight.sizes(), weight.options().dtype(dtype == at::kDouble ? at::kDouble : at::kFloat));
@@ -264,8 +264,10 @@ at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weig
   // run as one chunk: its transient [S, V] buffers (about 8 bytes a logit) cost no
   // more than the fp32 [V, H] sum that several chunks would need.
   const bool sixteen_bit = hidden.scalar_type() == at::kBFloat16 || hidden.scalar_type() == at::kHalf;
-  if (chunk_tokens <= 0 && plan.grad_weight && weight.is_cuda() && sixteen_bit && plan.count <= hidden.size(1) / 2)
+  const bool model_dtype_gemm = plan.grad_weight && weight.is_cuda() && sixteen_bit;
+  if (model_dtype_gemm && chunk_tokens <= 0 && plan.count <= hidden.size(1) / 2)
     plan.chunk = std::max(plan.chunk, plan.count);
+  plan.weight_grad_in_one_gemm = model_dtype_gemm && plan.count <= plan.chunk;
   return LinearCrossEntropyFunction::apply(hidden, weight, plan);
 }
 

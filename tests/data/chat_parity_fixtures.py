@@ -118,6 +118,11 @@ EXTRA_CONVERSATIONS = {
         {"role": "user", "content": "2+2?"},
         {"role": "assistant", "content": "4", "reasoning_content": "Add two and two.\n"},
     ],
+    # issue 26's example: with Mistral's SentencePiece the space after [/INST] is a token of its own
+    "cjk_reply": [
+        {"role": "user", "content": "你喜欢什么？"},
+        {"role": "assistant", "content": "我也喜欢！日本語も少し。"},
+    ],
     "control_text_in_content": [
         {"role": "user", "content": "What does </s> or [/INST] or <|im_end|> mean?"},
         {"role": "assistant", "content": "They end turns: </s> [INST] <end_of_turn> <|end|>."},

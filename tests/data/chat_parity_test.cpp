@@ -355,24 +355,36 @@ TEST(ChatParity, AMistralReplyTrainsItsWordMarker) {
   // Mistral's v3 tokenizer.model spells the space the template writes after [/INST] as the
   // reply's first "\u2581"; before CJK text it is a token of its own, which the model must learn
   // to emit (mistral-common encodes a reply as SentencePiece(content) + eos): supervised, as
-  // in transformers' mask with the reply as a generation block (MistralCommonTemplates).
+  // in transformers' mask with the reply as a generation block (the golden's reference_mask).
   if (golden()["mistral_common"].is_null()) GTEST_SKIP() << "mistral-common is not installed";
-  const auto dir = fixture("chat_parity/tok_mc_v3_spm_real_v3");
+  const json* suite = nullptr;
+  for (const json& s : golden()["suites"])
+    if (s["suite"] == "mc_v3_spm_real_v3") suite = &s;
+  ASSERT_NE(suite, nullptr);
+  const json& cases = (*suite)["cases"];
+  size_t line = 0;
+  while (line < cases.size() && cases[line]["name"] != "cjk_reply") ++line;
+  ASSERT_LT(line, cases.size());
+  const json& want = cases[line];
+  ASSERT_TRUE(want.contains("reference_mask"));
+
+  const auto dir = fixture((*suite)["tokenizer_dirs"][0].get<std::string>());
   const auto tok = tokenizer::load_tokenizer(dir);
   ExampleEncoder encoder(tok.get(), ChatTemplate::resolve(ChatTemplateKind::kAuto, dir, tok.get()),
                          ChatLossMask::kAssistant);
-  RawExample ex = parse_example(R"({"messages": [{"role": "user", "content": "你喜欢什么？"},
-                                                 {"role": "assistant", "content": "我也喜欢！日本語も少し。"}]})",
-                                ExampleFormat::kMessages);
-  const EncodedExample e = encoder.encode(ex);
-  std::vector<int32_t> supervised;
-  for (size_t t = 0; t < e.labels.size(); ++t)
-    if (e.labels[t] != kIgnoreLabel) supervised.push_back(e.labels[t]);
-  ASSERT_EQ(supervised.size(), 14u);  // "\u2581", 12 characters, </s>
-  EXPECT_EQ(supervised[0], *tok->token_to_id("\xE2\x96\x81"));
-  EXPECT_EQ(tok->decode(supervised), "我也喜欢！日本語も少し。</s>");  // decoding drops a leading space
-  EXPECT_EQ(e.labels[e.labels.size() - 15], kIgnoreLabel);  // [/INST]
-  EXPECT_EQ(e.input_ids[e.labels.size() - 15], *tok->token_to_id("[/INST]"));
+  JsonlFile file(fixture((*suite)["jsonl"].get<std::string>()));
+  const EncodedExample e = encoder.encode(parse_example(file.read_line(line), ExampleFormat::kMessages));
+  ASSERT_EQ(e.input_ids, want["input_ids"].get<std::vector<int32_t>>());
+  const json& mask = want["reference_mask"];
+  size_t first = e.labels.size();
+  for (size_t t = 1; t < e.labels.size(); ++t) {
+    EXPECT_EQ(e.labels[t] != kIgnoreLabel, mask[t].get<int>() != 0) << "token " << t;
+    if (e.labels[t] != kIgnoreLabel && first == e.labels.size()) first = t;
+  }
+  // The first trained token is the word marker alone, right after [/INST].
+  ASSERT_LT(first, e.labels.size());
+  EXPECT_EQ(e.input_ids[first], *tok->token_to_id("\xE2\x96\x81"));
+  EXPECT_EQ(e.input_ids[first - 1], *tok->token_to_id("[/INST]"));
 }
 
 TEST(ChatParity, AMisplacedGenerationRangeNeverCutsACharacter) {
