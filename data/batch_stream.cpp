@@ -74,7 +74,7 @@ void BatchStream::restore(const DataCursor& c) {
   finished_ = false;
   start_epoch(c.epoch, c.position);
   if (c.window_batches_done > 0) {
-    if (!windowed() || !load_window(/*account=*/false) ||
+    if (!windowed() || !load_group(/*account=*/false) ||
         static_cast<int64_t>(window_.size()) < c.window_batches_done)
       throw std::runtime_error("data cursor: window_batches_done does not match the data");
     for (int64_t i = 0; i < c.window_batches_done; ++i) window_.pop_front();
@@ -139,102 +139,59 @@ void BatchStream::check_zero_supervised(bool end_of_epoch) const {
   data::check_zero_supervised(stats_, options_.max_zero_supervised_fraction, !end_of_epoch);
 }
 
-BatchStream::MicroBatchPlan BatchStream::make_plan(std::vector<std::shared_ptr<const ProcessedExample>> exs) const {
+// The planner's micro-batch over the group's examples; fixed mode counts its
+// supervised labels exactly, piece by piece.
+BatchStream::MicroBatchPlan BatchStream::materialize(
+    const PlannedMicroBatch& planned, const std::vector<std::shared_ptr<const ProcessedExample>>& group) const {
   MicroBatchPlan p;
-  int64_t longest = 0, sum = 0;
-  for (const auto& e : exs) {
-    longest = std::max(longest, e->length());
-    sum += e->length();
-    p.supervised += e->supervised;
+  for (size_t i : planned.items) p.examples.push_back(group[i]);
+  p.tokens = planned.tokens;
+  p.padding = planned.padding;
+  p.supervised = planned.supervised;
+  p.started = planned.started;
+  p.rank = planned.rank;
+  if (options_.batching != BatchMode::kFixed) return p;
+  p.supervised = 0;
+  for (const auto& planned_row : planned.rows) {
+    Row row;
+    for (const PlannedPiece& piece : planned_row) {
+      row.push_back({group[piece.item].get(), piece.begin, piece.end});
+      p.supervised += row_piece_supervised(row.back(), !options_.cross_example_attention || row.size() == 1);
+    }
+    p.rows.push_back(std::move(row));
   }
-  p.tokens = options_.batching == BatchMode::kPad ? longest * static_cast<int64_t>(exs.size()) : sum;
-  p.padding = p.tokens - sum;
-  p.started = static_cast<int64_t>(exs.size());
-  p.examples = std::move(exs);
   return p;
 }
 
-bool BatchStream::load_window(bool account_it) {
+// Reads the next group (plan_group) and queues its planned micro-batches.
+bool BatchStream::load_group(bool account_it) {
+  const PlanGroup group = plan_group(options_);
   window_start_ = position_;
   window_.clear();
   window_done_ = 0;
   std::vector<std::shared_ptr<const ProcessedExample>> used;
-  std::vector<int64_t> lengths;
-  for (int64_t i = 0; i < options_.shuffle_window && !feed_done(); ++i) {
+  std::vector<PlanItem> items;
+  for (int64_t read = 0; !feed_done() && (group.window ? read : static_cast<int64_t>(used.size())) < group.size;
+       ++read) {
     auto ex = next_example(account_it);
     if (!ex->trained()) continue;
-    lengths.push_back(ex->length());
+    items.push_back({ex->length(), ex->supervised});
     used.push_back(std::move(ex));
   }
-  if (options_.batching == BatchMode::kFixed) {
-    plan_rows(used);
-    return !window_.empty();
-  }
-  for (const auto& bin : plan_pack_window(lengths, options_.max_tokens, options_.seed, epoch_, window_start_)) {
-    std::vector<std::shared_ptr<const ProcessedExample>> exs;
-    for (size_t i : bin) exs.push_back(used[i]);
-    window_.push_back(make_plan(std::move(exs)));
-  }
+  for (const PlannedMicroBatch& planned : plan_group_batches(items, options_, epoch_, window_start_))
+    window_.push_back(materialize(planned, used));
   return !window_.empty();
 }
 
-// Fixed mode: the window's examples, in stream order, concatenated and cut into
-// rows of row_tokens, rows_per_micro_batch of them a micro-batch; only the
-// window's last row and micro-batch may be shorter.
-void BatchStream::plan_rows(const std::vector<std::shared_ptr<const ProcessedExample>>& examples) {
-  const bool cross = options_.cross_example_attention;
-  MicroBatchPlan plan;
-  Row row;
-  int64_t room = options_.row_tokens;
-  auto flush_plan = [&] {
-    if (plan.rows.empty()) return;
-    for (const Row& r : plan.rows)
-      for (size_t q = 0; q < r.size(); ++q) {
-        plan.tokens += r[q].end - r[q].begin;
-        plan.supervised += row_piece_supervised(r[q], !cross || q == 0);
-        plan.started += r[q].begin == 0;
-      }
-    window_.push_back(std::move(plan));
-    plan = MicroBatchPlan{};
-  };
-  auto close_row = [&] {
-    if (!row.empty()) plan.rows.push_back(std::move(row));
-    row.clear();
-    room = options_.row_tokens;
-    if (static_cast<int64_t>(plan.rows.size()) == options_.rows_per_micro_batch) flush_plan();
-  };
-  for (const auto& ex : examples) {
-    for (int64_t at = 0; at < ex->length();) {
-      const int64_t take = std::min(room, ex->length() - at);
-      row.push_back({ex.get(), at, at + take});
-      if (plan.examples.empty() || plan.examples.back() != ex) plan.examples.push_back(ex);  // keeps it alive
-      at += take;
-      room -= take;
-      if (room == 0) close_row();
-    }
-  }
-  close_row();
-  flush_plan();
-}
-
 std::optional<BatchStream::MicroBatchPlan> BatchStream::next_micro_batch() {
-  if (windowed()) {
-    while (window_.empty()) {
-      if (feed_done()) return std::nullopt;
-      load_window(/*account=*/true);
-    }
-    MicroBatchPlan p = std::move(window_.front());
-    window_.pop_front();
-    ++window_done_;
-    return p;
+  while (window_.empty()) {
+    if (feed_done()) return std::nullopt;
+    load_group(/*account=*/true);
   }
-  std::vector<std::shared_ptr<const ProcessedExample>> exs;
-  while (static_cast<int64_t>(exs.size()) < options_.examples_per_micro_batch && !feed_done()) {
-    auto ex = next_example(/*account=*/true);
-    if (ex->trained()) exs.push_back(std::move(ex));
-  }
-  if (exs.empty()) return std::nullopt;
-  return make_plan(std::move(exs));
+  MicroBatchPlan p = std::move(window_.front());
+  window_.pop_front();
+  ++window_done_;
+  return p;
 }
 
 PackedBatch BatchStream::build(const MicroBatchPlan& plan) const {
@@ -244,28 +201,67 @@ PackedBatch BatchStream::build(const MicroBatchPlan& plan) const {
   return options_.batching == BatchMode::kPad ? build_padded_batch(exs, pad_id_) : build_flat_batch(exs);
 }
 
-// The step's examples, dealt to the ranks by cost (deal_to_ranks: equal
-// compute per rank, each rank's examples in micro-batches of equal tokens).
-std::vector<BatchStream::MicroBatchPlan> BatchStream::balance_across_ranks(std::vector<MicroBatchPlan> plans,
-                                                                          std::vector<int>& ranks) const {
-  std::vector<std::shared_ptr<const ProcessedExample>> pool;
-  std::vector<int64_t> lengths;
-  for (auto& p : plans)
-    for (auto& e : p.examples) {
-      lengths.push_back(e->length());
-      pool.push_back(std::move(e));
-    }
-  std::vector<MicroBatchPlan> out;
-  ranks.clear();
-  for (const DealtMicroBatch& mb : deal_to_ranks(lengths, options_.world_size, options_.examples_per_micro_batch,
-                                                 options_.balance_attention_length)) {
-    if (mb.examples.empty()) continue;  // the rank's step is padded with empty micro-batches below
-    std::vector<std::shared_ptr<const ProcessedExample>> exs;
-    for (size_t i : mb.examples) exs.push_back(pool[i]);
-    out.push_back(make_plan(std::move(exs)));
-    ranks.push_back(mb.rank);
+// The rank of each of the step's micro-batches: the planner's where it dealt
+// them (then its empty ones go; the ranks are padded with empty ones later),
+// else assign_ranks (balanced by tokens in the windowed modes).
+std::vector<int> BatchStream::ranks_for(std::vector<MicroBatchPlan>& plans) const {
+  std::vector<int> ranks;
+  if (!plans.empty() && plans.front().rank >= 0) {
+    plans.erase(std::remove_if(plans.begin(), plans.end(), [](const MicroBatchPlan& p) { return p.examples.empty(); }),
+                plans.end());
+    for (const auto& p : plans) ranks.push_back(p.rank);
+    return ranks;
   }
-  return out;
+  std::vector<int64_t> tokens;
+  for (const auto& p : plans) tokens.push_back(p.tokens);
+  return assign_ranks(tokens, options_.world_size, windowed());
+}
+
+// The step of `plans` (at least one), as this rank sees it.
+TrainStep BatchStream::make_step(std::vector<MicroBatchPlan> plans) const {
+  const int W = options_.world_size;
+  const std::vector<int> ranks = ranks_for(plans);
+  TrainStep s;
+  std::vector<size_t> on_rank(W, 0);
+  for (int r : ranks) ++on_rank[r];
+  const size_t per_rank = *std::max_element(on_rank.begin(), on_rank.end());
+  s.rank_tokens.assign(W, 0);
+  for (size_t j = 0; j < plans.size(); ++j) {
+    s.rank_tokens[ranks[j]] += plans[j].tokens;
+    s.global_examples += plans[j].started;
+    s.global_tokens += plans[j].tokens;
+    s.global_padding += plans[j].padding;
+    s.global_supervised += plans[j].supervised;
+    if (ranks[j] == options_.rank) s.micro_batches.push_back(build(plans[j]));
+  }
+  while (s.micro_batches.size() < per_rank) {
+    PackedBatch empty;
+    empty.cu_seqlens = {0};
+    s.micro_batches.push_back(std::move(empty));
+  }
+  s.global_micro_batches = static_cast<int64_t>(plans.size());
+  const double mean = static_cast<double>(s.global_tokens) / W;
+  const int64_t top = *std::max_element(s.rank_tokens.begin(), s.rank_tokens.end());
+  s.rank_imbalance = mean > 0 ? static_cast<double>(top) / mean - 1.0 : 0.0;
+  s.epoch = epoch_;
+  return s;
+}
+
+void BatchStream::end_epoch() {
+  check_zero_supervised(true);
+  // An epoch without a single usable example (every line skipped, or no
+  // lines): the next ones would be the same, so the stream ends here instead
+  // of cycling through epochs forever.
+  if (epoch_ + 1 < options_.epochs && epoch_produced_) {
+    start_epoch(epoch_ + 1, 0);
+    return;
+  }
+  finished_ = true;
+  epoch_ += 1;
+  order_.clear();
+  position_ = 0;
+  lookahead_.clear();
+  lookahead_errors_.clear();
 }
 
 std::optional<TrainStep> BatchStream::next_step() {
@@ -273,71 +269,22 @@ std::optional<TrainStep> BatchStream::next_step() {
   while (!finished_) {
     std::vector<MicroBatchPlan> plans;
     bool epoch_end = false;
-    while (plans.size() < want) {
+    while (plans.size() < want && !epoch_end) {
       auto mb = next_micro_batch();
-      if (!mb) {
-        epoch_end = true;
-        break;
-      }
-      plans.push_back(std::move(*mb));
+      if (mb) plans.push_back(std::move(*mb));
+      epoch_end = !mb;
     }
-    if (!epoch_end && window_.empty() && feed_done()) epoch_end = true;
-
-    TrainStep s;
+    if (window_.empty() && feed_done()) epoch_end = true;
+    std::optional<TrainStep> s;
     if (!plans.empty()) {
-      const int W = options_.world_size;
-      std::vector<int> ranks;
-      if (options_.batching == BatchMode::kFlatten && W > 1 && options_.balance_ranks) {
-        plans = balance_across_ranks(std::move(plans), ranks);
-      } else {
-        std::vector<int64_t> tokens;
-        for (const auto& p : plans) tokens.push_back(p.tokens);
-        ranks = assign_ranks(tokens, W, windowed());
-      }
-      std::vector<size_t> on_rank(W, 0);
-      for (int r : ranks) ++on_rank[r];
-      const size_t per_rank = *std::max_element(on_rank.begin(), on_rank.end());
-      s.rank_tokens.assign(W, 0);
-      for (size_t j = 0; j < plans.size(); ++j) {
-        s.rank_tokens[ranks[j]] += plans[j].tokens;
-        s.global_examples += plans[j].started;
-        s.global_tokens += plans[j].tokens;
-        s.global_padding += plans[j].padding;
-        s.global_supervised += plans[j].supervised;
-        if (ranks[j] == options_.rank) s.micro_batches.push_back(build(plans[j]));
-      }
-      while (s.micro_batches.size() < per_rank) {
-        PackedBatch empty;
-        empty.cu_seqlens = {0};
-        s.micro_batches.push_back(std::move(empty));
-      }
-      s.global_micro_batches = static_cast<int64_t>(plans.size());
-      const double mean = static_cast<double>(s.global_tokens) / W;
-      const int64_t top = *std::max_element(s.rank_tokens.begin(), s.rank_tokens.end());
-      s.rank_imbalance = mean > 0 ? static_cast<double>(top) / mean - 1.0 : 0.0;
-      s.epoch = epoch_;
+      s = make_step(std::move(plans));
+      epoch_produced_ = true;
     }
-    if (!plans.empty()) epoch_produced_ = true;
-    if (epoch_end) {
-      check_zero_supervised(true);
-      // An epoch without a single usable example (every line skipped, or no
-      // lines): the next ones would be the same, so the stream ends here
-      // instead of cycling through epochs forever.
-      if (epoch_ + 1 >= options_.epochs || !epoch_produced_) {
-        finished_ = true;
-        epoch_ += 1;
-        order_.clear();
-        position_ = 0;
-        lookahead_.clear();
-        lookahead_errors_.clear();
-      } else {
-        start_epoch(epoch_ + 1, 0);
-      }
-    }
-    if (plans.empty()) continue;
-    s.last_of_epoch = epoch_end;
-    s.step = step_++;
-    s.cursor = cursor();
+    if (epoch_end) end_epoch();
+    if (!s) continue;
+    s->last_of_epoch = epoch_end;
+    s->step = step_++;
+    s->cursor = cursor();
     return s;
   }
   return std::nullopt;

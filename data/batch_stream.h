@@ -16,6 +16,7 @@
 #include "data/batch_builder.h"
 #include "data/data_options.h"
 #include "data/example_source.h"
+#include "data/micro_batch_plan.h"
 #include "data/packed_batch.h"
 #include "data/worker_pool.h"
 
@@ -74,6 +75,7 @@ class BatchStream {
     int64_t padding = 0;
     int64_t supervised = 0;
     int64_t started = 0;  // examples whose first token is here
+    int rank = -1;        // the planner's, where it decides it
   };
 
  private:
@@ -83,12 +85,14 @@ class BatchStream {
   void account(const ProcessedExample& ex);
   void check_zero_supervised(bool end_of_epoch) const;
   std::optional<MicroBatchPlan> next_micro_batch();
-  bool windowed() const { return options_.batching == BatchMode::kPack || options_.batching == BatchMode::kFixed; }
-  bool load_window(bool account);
-  void plan_rows(const std::vector<std::shared_ptr<const ProcessedExample>>& examples);
-  MicroBatchPlan make_plan(std::vector<std::shared_ptr<const ProcessedExample>> examples) const;
+  bool windowed() const { return plan_group(options_).window; }
+  bool load_group(bool account);
+  MicroBatchPlan materialize(const PlannedMicroBatch& planned,
+                             const std::vector<std::shared_ptr<const ProcessedExample>>& group) const;
   PackedBatch build(const MicroBatchPlan& plan) const;
-  std::vector<MicroBatchPlan> balance_across_ranks(std::vector<MicroBatchPlan> plans, std::vector<int>& ranks) const;
+  std::vector<int> ranks_for(std::vector<MicroBatchPlan>& plans) const;
+  TrainStep make_step(std::vector<MicroBatchPlan> plans) const;
+  void end_epoch();
 
   const DataOptions& options_;
   const ExampleSource& source_;
@@ -103,7 +107,7 @@ class BatchStream {
   // Processed look-ahead: results for order_[lookahead_start_ ...].
   std::deque<std::shared_ptr<const ProcessedExample>> lookahead_;
   std::deque<std::exception_ptr> lookahead_errors_;
-  // Pack and fixed modes: the current window's remaining micro-batches.
+  // The current group's remaining planned micro-batches (see plan_group).
   std::deque<MicroBatchPlan> window_;
   int64_t window_start_ = 0;
   int64_t window_done_ = 0;

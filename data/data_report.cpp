@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <exception>
 #include <ostream>
 
 #include "data/batch_planner.h"
@@ -15,7 +14,10 @@
 namespace fptrain::data {
 namespace {
 
-BatchingReport summarize(BatchMode mode, const std::vector<MicroBatchSummary>& mbs, const DataOptions& o) {
+// Epoch 0 planned in `mode`, summarised.
+BatchingReport summarize(BatchMode mode, const std::vector<ExampleSummary>& items, DataOptions o) {
+  o.batching = mode;
+  const std::vector<PlannedMicroBatch> mbs = plan_epoch(items, o, 0);
   BatchingReport r;
   r.mode = mode;
   r.micro_batches = static_cast<int64_t>(mbs.size());
@@ -91,24 +93,10 @@ DataReport make_data_report(const DataOptions& options, std::shared_ptr<const to
   std::vector<ExampleSummary> items(order.size());
   WorkerPool pool(o.workers);
   const auto t0 = std::chrono::steady_clock::now();
-  const size_t block = 4096;
-  std::vector<ProcessedExample> done(block);
-  for (size_t start = 0; start < order.size(); start += block) {
-    const size_t n = std::min(block, order.size() - start);
-    std::vector<std::exception_ptr> errors(n);
-    pool.parallel_for(n, [&](size_t i) {
-      try {
-        done[i] = source.process(order[start + i]);
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-    });
-    for (size_t i = 0; i < n; ++i) {
-      if (errors[i]) std::rethrow_exception(errors[i]);
-      account_example(rep.stats, done[i], source);
-      items[start + i] = {done[i].trained(), done[i].length(), done[i].supervised};
-    }
-  }
+  process_each(source, pool, order, [&](size_t i, const ProcessedExample& ex) {
+    account_example(rep.stats, ex, source);
+    items[i] = {ex.trained(), ex.length(), ex.supervised};
+  });
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   const DataStats& s = rep.stats;
@@ -140,10 +128,10 @@ DataReport make_data_report(const DataOptions& options, std::shared_ptr<const to
   }
   rep.supervised_fraction = s.tokens > 0 ? static_cast<double>(s.supervised_tokens) / s.tokens : 0;
 
-  rep.batching.push_back(summarize(BatchMode::kFlatten, plan_epoch(items, BatchMode::kFlatten, o, 0), o));
-  rep.batching.push_back(summarize(BatchMode::kPad, plan_epoch(items, BatchMode::kPad, o, 0), o));
+  rep.batching.push_back(summarize(BatchMode::kFlatten, items, o));
+  rep.batching.push_back(summarize(BatchMode::kPad, items, o));
   if (o.max_tokens >= o.max_length) {
-    rep.batching.push_back(summarize(BatchMode::kPack, plan_epoch(items, BatchMode::kPack, o, 0), o));
+    rep.batching.push_back(summarize(BatchMode::kPack, items, o));
   } else {
     BatchingReport r;
     r.mode = BatchMode::kPack;
@@ -151,7 +139,7 @@ DataReport make_data_report(const DataOptions& options, std::shared_ptr<const to
     rep.batching.push_back(r);
   }
   if (o.row_tokens >= 2)  // fixed rows only where configured: they have no default length
-    rep.batching.push_back(summarize(BatchMode::kFixed, plan_epoch(items, BatchMode::kFixed, o, 0), o));
+    rep.batching.push_back(summarize(BatchMode::kFixed, items, o));
   return rep;
 }
 

@@ -36,11 +36,13 @@ TEST(DataReport, MatchesThePipelineInEveryMode) {
   o.shuffle_window = 64;
   o.world_size = 2;
   o.micro_batches_per_step = 2;
+  o.row_tokens = 100;  // fixed rows: one planner serves the report and the stream here too
+  o.rows_per_micro_batch = 2;
   const DataReport rep = make_data_report(o, testing::byte_tokenizer());
   EXPECT_TRUE(rep.bad_lines_would_stop);
   EXPECT_EQ(rep.stats.skipped[int(SkipReason::kMalformedJson)], 1);
   EXPECT_GT(rep.stats.truncated, 0);
-  ASSERT_EQ(rep.batching.size(), 3u);
+  ASSERT_EQ(rep.batching.size(), 4u);
 
   o.bad_lines = BadLinePolicy::kSkip;
   for (const auto& b : rep.batching) {
