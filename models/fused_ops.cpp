@@ -1,12 +1,10 @@
 // The fused element-wise ops (see fused_ops.h): argument checks, the choice of
 // path, the autograd Functions, and the reference path in ATen. The kernels
-// are in models/cuda/ and only in builds with FPTRAIN_CUDA, which defines
-// FPTRAIN_MODELS_CUDA_KERNELS for this library.
+// are in models/cuda/; a build without FPTRAIN_CUDA links
+// models/cuda/fused_ops_cuda_stub.cpp instead (kernels_built() is false there).
 #include "models/fused_ops.h"
 
-#ifdef FPTRAIN_MODELS_CUDA_KERNELS
 #include "models/cuda/fused_ops_cuda.h"
-#endif
 
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -52,20 +50,12 @@ bool use_cuda(FusedPath path, const std::string& blocker, const char* op) {
   throw std::invalid_argument(std::string(op) + ": unknown path");
 }
 
-#ifdef FPTRAIN_MODELS_CUDA_KERNELS
-constexpr bool kKernelsBuilt = true;
-
 // [rows, cols] view (or copy) with a unit column stride; row stride free.
 at::Tensor rows_of(const at::Tensor& t, int64_t cols) {
   at::Tensor r = t.reshape({-1, cols});
   if (r.stride(1) != 1 || (r.size(0) > 1 && r.stride(0) < cols)) r = r.contiguous();
   return r;
 }
-#else
-constexpr bool kKernelsBuilt = false;
-// Never reached: use_cuda() is false without the kernels.
-[[noreturn]] void no_kernels() { throw std::logic_error("fused ops: the CUDA kernels are not in this build"); }
-#endif
 
 // ---- RMSNorm ------------------------------------------------------------------
 
@@ -108,7 +98,6 @@ RmsNormForward rms_norm_forward(const at::Tensor& x, const at::Tensor& update, c
   const bool has_update = update.defined();
   RmsNormForward f;
   if (cuda) {
-#ifdef FPTRAIN_MODELS_CUDA_KERNELS
     const int64_t H = x.size(-1);
     const auto r = cuda::rms_norm_forward(x.contiguous().view({-1, H}),
                                           has_update ? update.contiguous().view({-1, H}) : at::Tensor(),
@@ -116,9 +105,6 @@ RmsNormForward rms_norm_forward(const at::Tensor& x, const at::Tensor& update, c
     if (has_update) f.sum = r.sum.view(x.sizes());
     f.normed = r.y.view(x.sizes());
     f.rstd = r.rstd;
-#else
-    no_kernels();
-#endif
   } else {
     // Exactly CausalLM's residual add and models/rms_norm.cpp's operations.
     if (has_update) f.sum = update_scale != 1.0 ? x + update * update_scale : x + update;
@@ -150,13 +136,9 @@ RmsNormGrads rms_norm_backward(const at::Tensor& s, const at::Tensor& weight, co
   const at::Tensor gy2 = grad_y.contiguous().view({-1, H});
   const at::Tensor gs2 = grad_sum.defined() ? grad_sum.contiguous().view({-1, H}) : at::Tensor();
   if (cuda) {
-#ifdef FPTRAIN_MODELS_CUDA_KERNELS
     const auto r = cuda::rms_norm_backward(s2, weight.contiguous(), rstd, gy2, gs2, want_update, update_scale,
                                            want_weight);
     g = {r.grad_x, r.grad_update, r.grad_weight};
-#else
-    no_kernels();
-#endif
   } else {
     g = reference_rms_norm_backward(s2, weight, rstd, gy2, gs2, want_update, update_scale, want_weight);
   }
@@ -221,12 +203,10 @@ void check_rms_norm_args(const char* op, const at::Tensor& x, const at::Tensor& 
 
 std::string rms_norm_blocker(const std::vector<at::Tensor>& tensors) {
   std::string why = cuda_blocker(tensors);
-#ifdef FPTRAIN_MODELS_CUDA_KERNELS
   if (why.empty() && tensors.front().size(-1) > cuda::rms_norm_max_cols()) {
     why = "rows of " + std::to_string(tensors.front().size(-1)) + " elements (the kernels take at most " +
           std::to_string(cuda::rms_norm_max_cols()) + ")";
   }
-#endif
   return why;
 }
 
@@ -277,15 +257,10 @@ class RotaryFunction : public torch::autograd::Function<RotaryFunction> {
  private:
   static std::pair<at::Tensor, at::Tensor> run_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
                                                     const at::Tensor& sin, bool inverse) {
-#ifdef FPTRAIN_MODELS_CUDA_KERNELS
     auto unit_last = [](const at::Tensor& t) { return t.defined() && t.stride(-1) != 1 ? t.contiguous() : t; };
     const int64_t D = cos.size(-1);
     return cuda::rotary(unit_last(q), unit_last(k), cos.reshape({-1, D}).contiguous(),
                         sin.reshape({-1, D}).contiguous(), inverse);
-#else
-    (void)q, (void)k, (void)cos, (void)sin, (void)inverse;
-    no_kernels();
-#endif
   }
 };
 
@@ -306,12 +281,8 @@ class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up, bool cuda) {
     at::Tensor out;
     if (cuda) {
-#ifdef FPTRAIN_MODELS_CUDA_KERNELS
       const int64_t I = gate.size(-1);
       out = cuda::swiglu_forward(rows_of(gate, I), rows_of(up, I)).view(gate.sizes());
-#else
-      no_kernels();
-#endif
     } else {
       out = at::silu(gate) * up;
     }
@@ -327,7 +298,6 @@ class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
     variable_list out(3);
     if (!grads[0].defined()) return out;
     if (ctx->saved_data["cuda"].toBool()) {
-#ifdef FPTRAIN_MODELS_CUDA_KERNELS
       const int64_t I = gate.size(-1);
       const at::Tensor grad_gate = at::empty(gate.sizes(), gate.options().memory_format(at::MemoryFormat::Contiguous));
       const at::Tensor grad_up = at::empty(up.sizes(), up.options().memory_format(at::MemoryFormat::Contiguous));
@@ -335,9 +305,6 @@ class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
                             grad_up.view({-1, I}));
       out[0] = grad_gate;
       out[1] = grad_up;
-#else
-      no_kernels();
-#endif
     } else {
       const SwigluGrads g = reference_swiglu_backward(grads[0], gate, up);
       out[0] = g.gate;
@@ -355,11 +322,7 @@ class SwigluPackedFunction : public torch::autograd::Function<SwigluPackedFuncti
     const at::Tensor gate = gate_up.narrow(-1, 0, I), up = gate_up.narrow(-1, I, I);
     at::Tensor out;
     if (cuda) {
-#ifdef FPTRAIN_MODELS_CUDA_KERNELS
       out = cuda::swiglu_forward(rows_of(gate, I), rows_of(up, I)).view(gate.sizes());
-#else
-      no_kernels();
-#endif
     } else {
       out = at::silu(gate) * up;
     }
@@ -375,15 +338,11 @@ class SwigluPackedFunction : public torch::autograd::Function<SwigluPackedFuncti
     variable_list out(2);
     if (!grads[0].defined()) return out;
     if (ctx->saved_data["cuda"].toBool()) {
-#ifdef FPTRAIN_MODELS_CUDA_KERNELS
       const at::Tensor grad = at::empty(gate_up.sizes(), gate_up.options().memory_format(at::MemoryFormat::Contiguous));
       const at::Tensor grad2 = grad.view({-1, 2 * I});
       cuda::swiglu_backward(rows_of(grads[0], I), rows_of(gate, I), rows_of(up, I), grad2.narrow(1, 0, I),
                             grad2.narrow(1, I, I));
       out[0] = grad;
-#else
-      no_kernels();
-#endif
     } else {
       const SwigluGrads g = reference_swiglu_backward(grads[0], gate, up);
       out[0] = at::cat({g.gate, g.up}, -1);
@@ -394,15 +353,10 @@ class SwigluPackedFunction : public torch::autograd::Function<SwigluPackedFuncti
 
 }  // namespace
 
-bool fused_cuda_kernels_built() { return kKernelsBuilt; }
+bool fused_cuda_kernels_built() { return cuda::kernels_built(); }
 
 bool fused_cuda_kernels_available(const at::Device& device) {
-#ifdef FPTRAIN_MODELS_CUDA_KERNELS
   return cuda::device_supported(device);
-#else
-  (void)device;
-  return false;
-#endif
 }
 
 at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, FusedPath path) {

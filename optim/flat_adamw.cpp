@@ -7,9 +7,7 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
-#ifdef FPTRAIN_OPTIM_CUDA_KERNELS
 #include "optim/cuda/flat_adamw_cuda.h"
-#endif
 
 #include <array>
 #include <stdexcept>
@@ -155,13 +153,7 @@ void aten_step(const at::Tensor& weights, const at::Tensor& master, const at::Te
 
 }  // namespace
 
-bool cuda_kernels_built() {
-#ifdef FPTRAIN_OPTIM_CUDA_KERNELS
-  return true;
-#else
-  return false;
-#endif
-}
+bool cuda_kernels_built() { return cuda::kernels_built(); }
 
 void grad_norm(const at::Tensor& grads, const at::Tensor& accum, double max_norm, const at::Tensor& norm,
                const at::Tensor& coef) {
@@ -175,15 +167,11 @@ void grad_norm(const at::Tensor& grads, const at::Tensor& accum, double max_norm
     if (!t->defined() || t->numel() != 1 || t->scalar_type() != at::kFloat || t->device() != grads.device())
       throw std::invalid_argument("flat optimizer: norm and coef must be fp32 scalars on the gradients' device");
   }
-  if (grads.is_cuda()) {
-#ifdef FPTRAIN_OPTIM_CUDA_KERNELS
+  if (grads.is_cuda() && cuda::kernels_built()) {
     cuda::grad_norm(grads, accum, max_norm, norm, coef);
-#else
-    aten_grad_norm(grads, accum, max_norm, norm, coef);
-#endif
     return;
   }
-  if (!grads.is_cpu()) {
+  if (!grads.is_cpu()) {  // CUDA without the kernels, or another device
     aten_grad_norm(grads, accum, max_norm, norm, coef);
     return;
   }
@@ -219,15 +207,11 @@ void adamw_step(const at::Tensor& weights, const at::Tensor& master, const at::T
 
   const AdamWScalars s =
       make_adamw_scalars(hyper.lr, hyper.beta1, hyper.beta2, hyper.eps, hyper.weight_decay, hyper.step);
-  if (grads.is_cuda()) {
-#ifdef FPTRAIN_OPTIM_CUDA_KERNELS
+  if (grads.is_cuda() && cuda::kernels_built()) {
     cuda::adamw_step(weights, master, exp_avg, exp_avg_sq, grads, accum, coef, s);
-#else
-    aten_step(weights, master, exp_avg, exp_avg_sq, grads, accum, coef, hyper);
-#endif
     return;
   }
-  if (!grads.is_cpu()) {
+  if (!grads.is_cpu()) {  // CUDA without the kernels, or another device
     aten_step(weights, master, exp_avg, exp_avg_sq, grads, accum, coef, hyper);
     return;
   }
@@ -247,16 +231,11 @@ void accumulate(const at::Tensor& accum, const at::Tensor& grads) {
   check_model_dtype(grads);
   check_buffer(accum, "the fp32 accumulator", grads);
   check_dtype(accum, at::kFloat, "the fp32 accumulator");
-  if (grads.is_cuda()) {
-#ifdef FPTRAIN_OPTIM_CUDA_KERNELS
+  if (grads.is_cuda() && cuda::kernels_built()) {
     cuda::accumulate(accum, grads);
-#else
-    accum.add_(grads);
-    grads.zero_();
-#endif
     return;
   }
-  if (!grads.is_cpu()) {
+  if (!grads.is_cpu()) {  // CUDA without the kernels, or another device
     accum.add_(grads);
     grads.zero_();
     return;

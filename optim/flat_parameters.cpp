@@ -7,9 +7,6 @@
 #include <string>
 
 namespace fptrain::optim {
-namespace {
-
-}  // namespace
 
 FlatParameters::FlatParameters(FlatLayout layout, std::vector<at::Tensor> params)
     : layout_(std::move(layout)), params_(std::move(params)) {

@@ -2,6 +2,7 @@
 
 #include "trainer/log/log.h"
 
+#include "common/byte_units.h"
 #include "common/json_input.h"
 #include "data/data_report.h"
 #include "models/model_dtype.h"
@@ -14,7 +15,6 @@ namespace fptrain::trainer {
 namespace fs = std::filesystem;
 namespace {
 
-double gib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
 
 // Keeps the records of steps <= keep_step (a resumed run rewrites the later ones).
 void truncate_after(const fs::path& path, int64_t keep_step) {
@@ -219,10 +219,10 @@ std::string MetricsLogger::progress_line(const Interval& v) const {
   }
   line << ")";
   if (device_.device.is_cuda()) {
-    std::snprintf(buf, sizeof buf, " | mem %.1f/%.1f GiB", gib(v.mem.peak_allocated_bytes),
-                  gib(v.mem.peak_reserved_bytes));
+    std::snprintf(buf, sizeof buf, " | mem %.1f/%.1f GiB", common::gib(static_cast<double>(v.mem.peak_allocated_bytes)),
+                  common::gib(static_cast<double>(v.mem.peak_reserved_bytes)));
   } else {
-    std::snprintf(buf, sizeof buf, " | rss %.2f GiB", gib(v.mem.peak_rss_bytes));
+    std::snprintf(buf, sizeof buf, " | rss %.2f GiB", common::gib(static_cast<double>(v.mem.peak_rss_bytes)));
   }
   line << buf << " | ETA " << format_duration(v.eta);
   return line.str();
@@ -338,7 +338,7 @@ void log_run_summary(const MetricsLogger& metrics, const nlohmann::json& summary
     line += buf;
   }
   if (summary.contains("peak_allocated_bytes")) {
-    std::snprintf(buf, sizeof buf, " | peak memory %.1f GiB", gib(summary["peak_allocated_bytes"].get<int64_t>()));
+    std::snprintf(buf, sizeof buf, " | peak memory %.1f GiB", common::gib(summary["peak_allocated_bytes"].get<double>()));
     line += buf;
   }
   line += " | " + format_duration(wall_seconds) + " | summary " + summary_path.string();

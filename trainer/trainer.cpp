@@ -1,5 +1,6 @@
 #include "trainer/trainer.h"
 
+#include "common/byte_units.h"
 #include "data/data_pipeline.h"
 #include "models/checkpoint.h"
 #include "models/grad_sinks.h"
@@ -67,13 +68,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-std::string gib_text(int64_t bytes) {
-  char buf[32];
-  const double b = static_cast<double>(bytes);
-  if (b >= 1024.0 * 1024.0 * 1024.0) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024.0 * 1024.0));
-  else std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1024.0 * 1024.0));
-  return buf;
-}
 
 // One run per output_dir at a time: an advisory lock held while the run lives.
 class OutputDirLock {
@@ -409,13 +403,13 @@ void Run::log_set_up() {
               (optimizer_->sharded() ? "sharded (each rank: 1/" + std::to_string(world()) + " of masters and moments)"
                                      : std::string("replicated")) +
               ", " + std::to_string(l.buckets().size()) + " gradient bucket(s) of up to " +
-              std::to_string(config_.distributed.bucket_mb) + " MiB; per rank " + gib_text(m["weights_bytes"]) +
-              " weights, " + gib_text(m["gradients_bytes"]) + " gradients, " + gib_text(m["optimizer_state_bytes"]) +
+              std::to_string(config_.distributed.bucket_mb) + " MiB; per rank " + common::gib_text(m["weights_bytes"]) +
+              " weights, " + common::gib_text(m["gradients_bytes"]) + " gradients, " + common::gib_text(m["optimizer_state_bytes"]) +
               " optimizer state");
   }
   if (device_.device.is_cuda()) {
     const MemoryStats mem = memory_stats(device_.device);
-    log::info("device memory after set-up: " + gib_text(mem.peak_allocated_bytes) + " peak allocated");
+    log::info("device memory after set-up: " + common::gib_text(mem.peak_allocated_bytes) + " peak allocated");
   }
 }
 
@@ -658,10 +652,10 @@ TrainOutcome Run::finish(Stop stop, double wall_seconds) {
   outcome.summary["memory_per_rank"] = memory_per_rank();
   if (device_.device.is_cuda()) {
     const nlohmann::json& m = outcome.summary["memory_per_rank"];
-    log::info("memory of this rank: " + gib_text(m["weights_bytes"]) + " weights, " + gib_text(m["gradients_bytes"]) +
-              " gradients, " + gib_text(m["optimizer_state_bytes"]) + " optimizer state, " +
-              gib_text(m["activations_and_workspace_peak_bytes"]) + " activations and workspace at the peak, " +
-              gib_text(m["outside_allocator_bytes"]) + " outside the allocator (CUDA context, NCCL)");
+    log::info("memory of this rank: " + common::gib_text(m["weights_bytes"]) + " weights, " + common::gib_text(m["gradients_bytes"]) +
+              " gradients, " + common::gib_text(m["optimizer_state_bytes"]) + " optimizer state, " +
+              common::gib_text(m["activations_and_workspace_peak_bytes"]) + " activations and workspace at the peak, " +
+              common::gib_text(m["outside_allocator_bytes"]) + " outside the allocator (CUDA context, NCCL)");
   }
   if (last_checkpoint_) outcome.summary["checkpoint"] = last_checkpoint_->string();
   outcome.summary["data"] = cursor_.stats.to_json();  // every example read: used, truncated, dropped, skipped

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "attention/cuda/launch.h"
+#include "common/cuda/torch_dtype.h"
 #include "attention/cuda/tile_sizes.h"
 
 namespace fptrain::attention::cuda {
@@ -68,7 +69,7 @@ TileList make_tile_list(at::Tensor& storage, int capacity, int batch, const at::
   return list;
 }
 
-DType dtype_of(const at::Tensor& t) { return t.scalar_type() == at::kBFloat16 ? DType::kBF16 : DType::kFP16; }
+Dtype dtype_of(const at::Tensor& t) { return common::cuda::dtype_of(t.scalar_type(), "attention/cuda"); }
 
 // q, k, v and cu_seqlens after the checks, contiguous; they must live until the launches are enqueued.
 struct Inputs {

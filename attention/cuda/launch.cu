@@ -12,18 +12,13 @@ void run_fwd_fp16(FwdParams& p, cudaStream_t stream);
 void run_bwd_bf16(BwdParams& p, cudaStream_t stream);
 void run_bwd_fp16(BwdParams& p, cudaStream_t stream);
 
-void check_cuda(cudaError_t err, const char* what) {
-  if (err != cudaSuccess)
-    throw std::runtime_error(std::string("attention/cuda: ") + what + ": " + cudaGetErrorString(err));
-}
-
-void run_fwd(FwdParams& p, DType dtype, cudaStream_t stream) {
-  if (dtype == DType::kBF16) run_fwd_bf16(p, stream);
+void run_fwd(FwdParams& p, Dtype dtype, cudaStream_t stream) {
+  if (dtype == Dtype::kBFloat16) run_fwd_bf16(p, stream);
   else run_fwd_fp16(p, stream);
 }
 
-void run_bwd(BwdParams& p, DType dtype, cudaStream_t stream) {
-  if (dtype == DType::kBF16) run_bwd_bf16(p, stream);
+void run_bwd(BwdParams& p, Dtype dtype, cudaStream_t stream) {
+  if (dtype == Dtype::kBFloat16) run_bwd_bf16(p, stream);
   else run_bwd_fp16(p, stream);
 }
 

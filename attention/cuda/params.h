@@ -4,9 +4,11 @@
 
 #include <cstdint>
 
+#include "common/cuda/dtype.h"
+
 namespace fptrain::attention::cuda {
 
-enum class DType { kBF16, kFP16 };
+using common::cuda::Dtype;  // the kernels take kBFloat16 and kFloat16
 
 // A run of the packed stream that the kernels tile as if it were one sequence: one document,
 // or (a spanning tile) several consecutive short documents of pack_max_len tokens in all.

@@ -7,6 +7,7 @@
 // Timed with CUDA events; writes JSON and markdown.
 //
 //   optimizer_bench [--shape llama2-7b|llama3-3b|llama3-1b] [--iters N] [--out DIR]
+#include "common/byte_units.h"
 #include "models/model_config.h"
 #include "models/parameter_layout.h"
 #include "optim/adamw.h"
@@ -140,11 +141,9 @@ std::string today() {
   return buf;
 }
 
-double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
-
 double peak_allocated_gib() {
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
-  return gib(static_cast<double>(
+  return common::gib(static_cast<double>(
       stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak));
 }
 
@@ -175,7 +174,7 @@ int main(int argc, char** argv) {
   int64_t n = 0;
   for (const auto& p : layout) n += p.numel();
   std::printf("%s: %.3fB parameters in %zu tensors on %s (%.0f GiB)\n", shape.c_str(), n / 1e9, layout.size(),
-              prop->name, gib(static_cast<double>(prop->totalGlobalMem)));
+              prop->name, common::gib(static_cast<double>(prop->totalGlobalMem)));
   const double max_norm = 1.0, lr = 1e-5;
   nlohmann::ordered_json report = {{"shape", shape}, {"num_parameters", n}, {"num_tensors", layout.size()},
                            {"device", prop->name}, {"date", today()}, {"iters", iters}};

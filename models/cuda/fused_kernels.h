@@ -11,13 +11,15 @@
 // dimension is always contiguous.
 #pragma once
 
+#include "common/cuda/dtype.h"
+
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 namespace fptrain::models::cuda {
 
-enum class Dtype { kFloat32, kBFloat16, kFloat16 };
+using common::cuda::Dtype;
 
 // ---- RMSNorm (models/cuda/rms_norm_kernels.cu) -------------------------------
 

@@ -1,6 +1,8 @@
-// The ATen side of the fused kernels (see fused_ops_cuda.h). Compiled only with FPTRAIN_CUDA.
+// The ATen side of the fused kernels (see fused_ops_cuda.h). Compiled only with
+// FPTRAIN_CUDA; fused_ops_cuda_stub.cpp stands in without it.
 #include "models/cuda/fused_ops_cuda.h"
 
+#include "common/cuda/torch_dtype.h"
 #include "models/cuda/fused_kernels.h"
 
 #include <ATen/cuda/CUDAContext.h>
@@ -11,15 +13,7 @@
 namespace fptrain::models::cuda {
 namespace {
 
-Dtype dtype_of(const at::Tensor& t) {
-  switch (t.scalar_type()) {
-    case at::kFloat: return Dtype::kFloat32;
-    case at::kBFloat16: return Dtype::kBFloat16;
-    case at::kHalf: return Dtype::kFloat16;
-    default:
-      throw std::invalid_argument(std::string("models/cuda: unsupported dtype ") + c10::toString(t.scalar_type()));
-  }
-}
+Dtype dtype_of(const at::Tensor& t) { return common::cuda::dtype_of(t.scalar_type(), "models/cuda"); }
 
 const void* ptr_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 
@@ -31,6 +25,8 @@ void check_rows(const at::Tensor& t, int64_t rows, int64_t cols, const char* wha
 }
 
 }  // namespace
+
+bool kernels_built() { return true; }
 
 bool device_supported(const at::Device& device) {
   if (!device.is_cuda() || !at::globalContext().hasCUDA()) return false;

@@ -13,6 +13,9 @@
 namespace fptrain::models::cuda {
 
 // The kernels are compiled for sm_90a: true when `device` is an sm_90 GPU.
+// False in a build without FPTRAIN_CUDA (fused_ops_cuda_stub.cpp), whose other
+// functions are never called then.
+bool kernels_built();
 bool device_supported(const at::Device& device);
 
 // The longest row the RMSNorm kernels take.

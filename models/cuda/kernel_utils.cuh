@@ -1,8 +1,10 @@
-// Device helpers shared by the fused kernels of models/cuda/: element
-// conversions, rounding to a dtype, vector loads and stores of up to 16 bytes,
-// warp and block sums, dtype dispatch and error checks.
+// Device helpers of the fused kernels of models/cuda/: vector loads and stores
+// of up to 16 bytes, warp and block sums, unfused products (conversions, the
+// dtype dispatch and error checks are common/cuda's).
 #pragma once
 
+#include "common/cuda/check.h"
+#include "common/cuda/element.cuh"
 #include "models/cuda/fused_kernels.h"
 
 #include <cuda_bf16.h>
@@ -15,46 +17,13 @@
 
 namespace fptrain::models::cuda {
 
-inline void check_cuda(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) {
-    throw std::runtime_error(std::string("models/cuda: ") + what + ": " + cudaGetErrorString(err));
-  }
-}
-
-inline bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-inline int element_bytes(Dtype d) { return d == Dtype::kFloat32 ? 4 : 2; }
-
-// Calls f(T{}) with T the element type of `d`.
-template <typename F>
-void dispatch_dtype(Dtype d, F&& f) {
-  switch (d) {
-    case Dtype::kFloat32: f(float{}); return;
-    case Dtype::kBFloat16: f(__nv_bfloat16{}); return;
-    case Dtype::kFloat16: f(__half{}); return;
-  }
-  throw std::invalid_argument("models/cuda: unknown dtype");
-}
-
-// ---- element conversions ------------------------------------------------------
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-
-template <typename T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ float from_float<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
-
-// x rounded to T and back: what an ATen op on T tensors stores. Identity for fp32.
-template <typename T>
-__device__ __forceinline__ float round_to(float x) {
-  return to_float(from_float<T>(x));
-}
+using common::cuda::aligned16;
+using common::cuda::check_cuda;
+using common::cuda::dispatch_dtype;
+using common::cuda::element_bytes;
+using common::cuda::from_float;
+using common::cuda::round_to;
+using common::cuda::to_float;
 
 // Products and sums that must not be contracted into an FMA: where the ATen
 // composition runs them as two kernels, fp32 results would otherwise differ.

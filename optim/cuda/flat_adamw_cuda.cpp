@@ -1,7 +1,9 @@
 // The ATen side of the flat-buffer kernels: the current stream, the scratch
-// buffers of the norm kernel, dtype mapping. Compiled only with FPTRAIN_CUDA.
+// buffers of the norm kernel, dtype mapping. Compiled only with FPTRAIN_CUDA;
+// flat_adamw_cuda_stub.cpp stands in without it.
 #include "optim/cuda/flat_adamw_cuda.h"
 
+#include "common/cuda/torch_dtype.h"
 #include "optim/cuda/flat_adamw_kernels.h"
 
 #include <ATen/cuda/CUDAContext.h>
@@ -14,14 +16,7 @@
 namespace fptrain::optim::cuda {
 namespace {
 
-Dtype dtype_of(const at::Tensor& t) {
-  switch (t.scalar_type()) {
-    case at::kFloat: return Dtype::kFloat32;
-    case at::kBFloat16: return Dtype::kBFloat16;
-    case at::kHalf: return Dtype::kFloat16;
-    default: throw std::invalid_argument("optim/cuda: unsupported dtype " + std::string(c10::toString(t.scalar_type())));
-  }
-}
+Dtype dtype_of(const at::Tensor& t) { return common::cuda::dtype_of(t.scalar_type(), "optim/cuda"); }
 
 template <typename T>
 T* ptr_or_null(const at::Tensor& t) {
@@ -49,6 +44,8 @@ NormScratch& norm_scratch(const at::Device& device) {
 }
 
 }  // namespace
+
+bool kernels_built() { return true; }
 
 void grad_norm(const at::Tensor& grads, const at::Tensor& accum, double max_norm, const at::Tensor& norm,
                const at::Tensor& coef) {

@@ -9,6 +9,10 @@
 
 namespace fptrain::optim::cuda {
 
+// False in a build without FPTRAIN_CUDA (flat_adamw_cuda_stub.cpp), whose
+// other functions are never called then.
+bool kernels_built();
+
 void grad_norm(const at::Tensor& grads, const at::Tensor& accum, double max_norm, const at::Tensor& norm,
                const at::Tensor& coef);
 void adamw_step(const at::Tensor& weights, const at::Tensor& master, const at::Tensor& exp_avg,

@@ -4,6 +4,9 @@
 // per-element arithmetic is optim/flat_adamw_math.h, shared with the CPU path.
 #include "optim/cuda/flat_adamw_kernels.h"
 
+#include "common/cuda/check.h"
+#include "common/cuda/element.cuh"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -15,29 +18,14 @@
 namespace fptrain::optim::cuda {
 namespace {
 
+using common::cuda::aligned16;
+using common::cuda::check_cuda;
+using common::cuda::dispatch_dtype;
+using common::cuda::from_float;
+using common::cuda::to_float;
+
 constexpr int kThreads = 256;
 constexpr int kVec = 8;  // elements per thread in the vector variants
-
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess)
-    throw std::runtime_error(std::string("optim/cuda: ") + what + ": " + cudaGetErrorString(err));
-}
-
-bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-// ---- element conversions ---------------------------------------------------
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-
-template <typename T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ float from_float<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
 
 // ---- 8 elements at a time (16-byte aligned) ---------------------------------
 __device__ __forceinline__ void load8(const float* p, float out[8]) {
@@ -143,7 +131,7 @@ void launch_step(const StepArgs& a, cudaStream_t stream) {
   const int64_t blocks = (threads + kThreads - 1) / kThreads;
   if (vector) adamw_step_kernel<P, kMaster, kAccum, true><<<blocks, kThreads, 0, stream>>>(a);
   else adamw_step_kernel<P, kMaster, kAccum, false><<<blocks, kThreads, 0, stream>>>(a);
-  check(cudaGetLastError(), "flat AdamW step launch");
+  check_cuda(cudaGetLastError(), "flat AdamW step launch");
 }
 
 template <typename P>
@@ -250,7 +238,7 @@ void launch_norm(const NormArgs& a, cudaStream_t stream) {
     if (vector) grad_norm_kernel<P, false, true><<<blocks, kThreads, 0, stream>>>(a);
     else grad_norm_kernel<P, false, false><<<blocks, kThreads, 0, stream>>>(a);
   }
-  check(cudaGetLastError(), "flat gradient norm launch");
+  check_cuda(cudaGetLastError(), "flat gradient norm launch");
 }
 
 // ---- fp32 accumulation -------------------------------------------------------
@@ -286,35 +274,23 @@ void launch_accumulate(float* accum, void* grads, int64_t n, cudaStream_t stream
   const int64_t blocks = (threads + kThreads - 1) / kThreads;
   if (vector) accumulate_kernel<P, true><<<blocks, kThreads, 0, stream>>>(accum, static_cast<P*>(grads), n);
   else accumulate_kernel<P, false><<<blocks, kThreads, 0, stream>>>(accum, static_cast<P*>(grads), n);
-  check(cudaGetLastError(), "flat gradient accumulation launch");
+  check_cuda(cudaGetLastError(), "flat gradient accumulation launch");
 }
 
 }  // namespace
 
 void flat_adamw_step(const StepArgs& a, cudaStream_t stream) {
   if (a.n == 0) return;
-  switch (a.dtype) {
-    case Dtype::kFloat32: return dispatch_step<float>(a, stream);
-    case Dtype::kBFloat16: return dispatch_step<__nv_bfloat16>(a, stream);
-    case Dtype::kFloat16: return dispatch_step<__half>(a, stream);
-  }
+  dispatch_dtype(a.dtype, [&](auto t) { dispatch_step<decltype(t)>(a, stream); });
 }
 
 void flat_grad_norm(const NormArgs& a, cudaStream_t stream) {
-  switch (a.dtype) {
-    case Dtype::kFloat32: return launch_norm<float>(a, stream);
-    case Dtype::kBFloat16: return launch_norm<__nv_bfloat16>(a, stream);
-    case Dtype::kFloat16: return launch_norm<__half>(a, stream);
-  }
+  dispatch_dtype(a.dtype, [&](auto t) { launch_norm<decltype(t)>(a, stream); });
 }
 
 void flat_accumulate(float* accum, void* grads, Dtype dtype, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  switch (dtype) {
-    case Dtype::kFloat32: return launch_accumulate<float>(accum, grads, n, stream);
-    case Dtype::kBFloat16: return launch_accumulate<__nv_bfloat16>(accum, grads, n, stream);
-    case Dtype::kFloat16: return launch_accumulate<__half>(accum, grads, n, stream);
-  }
+  dispatch_dtype(dtype, [&](auto t) { launch_accumulate<decltype(t)>(accum, grads, n, stream); });
 }
 
 }  // namespace fptrain::optim::cuda

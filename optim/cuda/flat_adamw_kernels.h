@@ -4,6 +4,7 @@
 // checks the tensors and calls these. Free of LibTorch.
 #pragma once
 
+#include "common/cuda/dtype.h"
 #include "optim/flat_adamw_math.h"
 
 #include <cuda_runtime.h>
@@ -12,7 +13,7 @@
 
 namespace fptrain::optim::cuda {
 
-enum class Dtype { kFloat32, kBFloat16, kFloat16 };
+using common::cuda::Dtype;
 
 // One AdamW step over n elements. With `master` (fp32), the update runs on the
 // master and its rounding is written to `weights` (model dtype); moments are fp32.

@@ -1,12 +1,11 @@
-// Backend "hopper" in a build without CUDA (FPTRAIN_CUDA=OFF): the kernels in attention/cuda/
-// are not compiled, so the backend reports itself unavailable (see hopper_backend.h).
+// Backend "hopper" in a build without CUDA (FPTRAIN_CUDA=OFF; CMake links this file instead
+// of attention/cuda/'s others): the backend reports itself unavailable (see hopper_backend.h).
 #include "attention/hopper_backend.h"
 
 #include <stdexcept>
 
 namespace fptrain::attention {
 
-#ifndef FPTRAIN_HOPPER_KERNELS
 bool hopper_kernels_available() { return false; }
 
 bool hopper_kernels_support(int64_t, at::ScalarType) { return false; }
@@ -25,6 +24,4 @@ at::Tensor hopper_varlen_attention_replayed(const at::Tensor& q, const at::Tenso
                                             const VarlenSpec& spec, const AttentionRecord&) {
   return hopper_varlen_attention(q, k, v, spec);
 }
-#endif
-
 }  // namespace fptrain::attention
