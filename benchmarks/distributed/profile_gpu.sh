@@ -72,6 +72,7 @@ YAML
       --no-python "$FPTRAIN" "${args[@]}" > "$OUT/profile-$name.log" 2>&1
   fi
   local rc=$?
+  [ $rc -eq 0 ] && { "$PYTHON" "$HERE/../train/profile_report.py" "$run" >> "$OUT/profile-$name.log" 2>&1 || rc=1; }
   cp "$run/profile.md" "$OUT/profile-$name.md" 2>/dev/null
   cp "$run/profile.json" "$OUT/profile-$name.json" 2>/dev/null
   cp "$run/metrics.jsonl" "$OUT/profile-$name.metrics.jsonl" 2>/dev/null

@@ -68,6 +68,7 @@ device: cuda
 YAML
   if timeout 240 "$FPTRAIN" train "$WORK/$1.yaml" > "$OUT/seed-$1.log" 2>&1; then
     if [ "$profile" -gt 0 ]; then
+      "$PYTHON" benchmarks/train/profile_report.py "$run" >> "$OUT/seed-$1.log" 2>&1 || return 1
       cp "$run/profile.md" "$OUT/profile-7b.md"; cp "$run/profile.json" "$OUT/profile-7b.json"; return 0
     fi
     "$PYTHON" "$TOOLS" fptrain-run --run "$run" --name "$1" --world-size 1 --examples-per-gpu "$([ -n "${PACK_TOKENS:-}" ] && echo 0 || echo "$examples")" > "$WORK/$1.json" &&
