@@ -62,7 +62,6 @@ AdamW::AdamW(std::vector<std::string> names, std::vector<at::Tensor> params, con
 void AdamW::accumulate_gradients() {
   if (!master_weights_) return;
   RECORD_USER_SCOPE("fptrain::optimizer_accumulate");  // names the work in a step profile (trainer/step_profiler.h)
-  if (dp_.comm) throw std::logic_error("AdamW: fp32 gradient accumulation is not available with data parallelism");
   c10::NoGradGuard no_grad;
   flat_->collect_grads();
   if (!accum_.defined()) accum_ = at::zeros({flat_->layout().total()}, flat_->weights().options().dtype(at::kFloat));
@@ -71,9 +70,36 @@ void AdamW::accumulate_gradients() {
   flat_->release_collected();
 }
 
+void AdamW::reduce_accumulated() {
+  if (!master_weights_ || !dp_.comm) return;
+  c10::NoGradGuard no_grad;
+  if (!accum_.defined()) accum_ = at::zeros({flat_->layout().total()}, flat_->weights().options().dtype(at::kFloat));
+  accum_active_ = true;
+  for (const FlatBucket& b : flat_->layout().buckets()) {  // as GradReducer cuts them
+    const at::Tensor g = accum_.narrow(0, b.offset, b.size);
+    if (dp_.shard) {
+      const int64_t n = b.size / dp_.comm->world_size();
+      accum_reductions_.push_back(dp_.comm->reduce_scatter_sum(g, g.narrow(0, dp_.comm->rank() * n, n)));
+    } else {
+      accum_reductions_.push_back(dp_.comm->all_reduce_sum(g));
+    }
+  }
+}
+
+void AdamW::wait_for_accumulated() {
+  for (auto& p : accum_reductions_) p.wait();
+  accum_reductions_.clear();
+}
+
+// The fp32 sums of flat elements [flat, flat + numel), undefined when none.
+at::Tensor AdamW::accumulated_slice(int64_t flat, int64_t numel) const {
+  return accum_active_ ? accum_.narrow(0, flat, numel) : at::Tensor();
+}
+
 at::Tensor AdamW::grad_norm(double max_norm) {
   RECORD_USER_SCOPE("fptrain::clip_grad_norm");
   c10::NoGradGuard no_grad;
+  wait_for_accumulated();
   // With data parallelism the buffer was reduced during the backward: a gradient
   // that arrived elsewhere (assigned by hand) would have missed the reduction.
   if (flat_->collect_grads() > 0 && dp_.comm)
@@ -87,7 +113,8 @@ at::Tensor AdamW::grad_norm(double max_norm) {
     at::Tensor part = at::empty({}, coef_.options()), unused = at::empty({}, coef_.options());
     at::Tensor sum_sq = at::zeros({}, coef_.options());
     for (const Range& r : ranges_) {
-      flat::grad_norm(flat_->grads().narrow(0, r.flat, r.numel), at::Tensor(), 0.0, part, unused);
+      flat::grad_norm(flat_->grads().narrow(0, r.flat, r.numel), accumulated_slice(r.flat, r.numel), 0.0, part,
+                      unused);
       sum_sq.add_(part * part);
     }
     dp_.comm->all_reduce_sum(sum_sq).wait();
@@ -115,6 +142,7 @@ at::Tensor AdamW::clip_grad_norm(double max_norm) {
 void AdamW::step(double lr, distributed::CommClock* clock) {
   RECORD_USER_SCOPE("fptrain::optimizer_step");
   c10::NoGradGuard no_grad;
+  wait_for_accumulated();
   flat_->collect_grads();
   ++steps_taken_;
   flat::AdamWHyper h;
@@ -137,7 +165,7 @@ void AdamW::step(double lr, distributed::CommClock* clock) {
     for (const Range& r : ranges_) {
       auto slice = [&](const at::Tensor& t, int64_t at) { return t.defined() ? t.narrow(0, at, r.numel) : t; };
       flat::adamw_step(slice(flat_->weights(), r.flat), slice(master_, r.local), slice(exp_avg_, r.local),
-                       slice(exp_avg_sq_, r.local), slice(flat_->grads(), r.flat), at::Tensor(),
+                       slice(exp_avg_sq_, r.local), slice(flat_->grads(), r.flat), accumulated_slice(r.flat, r.numel),
                        coef_pending_ ? coef_ : at::Tensor(), h);
       const FlatBucket& b = buckets[r.bucket];
       gathers_.push_back({b.offset, dp_.comm->all_gather(flat_->weights().narrow(0, r.flat, r.numel),
@@ -159,6 +187,7 @@ void AdamW::wait_for_weights(int64_t end) {
 
 void AdamW::zero_grad() {
   c10::NoGradGuard no_grad;
+  wait_for_accumulated();
   flat_->zero_grads();
   if (accum_active_) accum_.zero_();
   accum_active_ = false;

@@ -58,6 +58,14 @@ class AdamW {
   // step are summed in fp32. The trainer calls it between micro-batches when
   // optimizer.fp32_grad_accumulation is set. A no-op without master weights.
   void accumulate_gradients();
+  // With data parallelism and master weights: starts reducing the fp32 sums
+  // (zeros on a rank that made none) across ranks, bucket by bucket in the
+  // layout's order, reduce-scattered into this rank's slices when sharded, else
+  // all-reduced, in fp32. Every rank calls it once in a step that sums in fp32,
+  // before the GradReducer's first bucket; the reduction overlaps the last
+  // micro-batch, and grad_norm()/step() wait for it. The step then adds the
+  // reduced fp32 sums to the reduced last micro-batch.
+  void reduce_accumulated();
 
   // The global L2 norm of the gradients (a device fp32 scalar, no host sync), as
   // torch.nn.utils.clip_grad_norm_ defines it; when max_norm > 0 the clip
@@ -122,6 +130,8 @@ class AdamW {
     int64_t flat, local, numel;
   };
   void all_gather_weights(const std::vector<size_t>& buckets);
+  void wait_for_accumulated();
+  at::Tensor accumulated_slice(int64_t flat, int64_t numel) const;
 
   struct PendingGather {
     int64_t begin;  // the bucket's first flat element
@@ -140,6 +150,7 @@ class AdamW {
   at::Tensor exp_avg_, exp_avg_sq_;  // fp32 with master weights, else the model dtype
   at::Tensor accum_;                // fp32 gradient sums over micro-batches (accumulate_gradients)
   bool accum_active_ = false;       // accum_ holds gradients of the current step
+  std::vector<distributed::Pending> accum_reductions_;  // reduce_accumulated() in flight
   at::Tensor coef_;                 // the clip coefficient of the current step (device fp32 scalar)
   bool coef_pending_ = false;       // step() must apply coef_
   int64_t steps_taken_ = 0;

@@ -76,19 +76,14 @@ namespace {
 // vs ~700 TFLOP/s on an H200 (benchmarks/attention and benchmarks/train, 2026-11).
 constexpr double kAttentionRateOverGemmRate = 0.4;
 
+}  // namespace
+
 // The example length at which attention costs as much per token as the rest of
 // the model, for balancing ranks by compute. Per token, fwd+bwd: 6 FLOPs per
 // weight of the layers and the head; per example of L tokens, causal attention
 // fwd+bwd as flash-attention counts it: 7 x layers x heads x head_dim x L^2,
-// run at kAttentionRateOverGemmRate of the GEMMs' rate. 0 when the config
-// cannot be read.
-int64_t attention_cost_length(const std::filesystem::path& model_dir) {
-  models::ModelConfig m;
-  try {
-    m = models::load_model_config(model_dir / "config.json");
-  } catch (const std::exception&) {
-    return 0;
-  }
+// run at kAttentionRateOverGemmRate of the GEMMs' rate.
+int64_t attention_cost_length(const models::ModelConfig& m) {
   const double d = static_cast<double>(m.hidden_size);
   const int64_t head_dim = m.head_dim > 0 ? m.head_dim : m.hidden_size / std::max<int64_t>(1, m.num_attention_heads);
   const double hd = static_cast<double>(head_dim);
@@ -99,8 +94,6 @@ int64_t attention_cost_length(const std::filesystem::path& model_dir) {
   const double attention = 7 * layers * hq * hd / kAttentionRateOverGemmRate;
   return attention > 0 ? static_cast<int64_t>(linear / attention) : 0;
 }
-
-}  // namespace
 
 data::DataOptions make_data_options(const TrainConfig& c, bool eval, int rank, int world_size) {
   data::DataOptions o;
@@ -118,8 +111,6 @@ data::DataOptions make_data_options(const TrainConfig& c, bool eval, int rank, i
   o.batching = c.batching.mode;
   o.examples_per_micro_batch = c.batching.examples_per_micro_batch;
   o.balance_ranks = c.batching.balance_ranks;
-  if (world_size > 1 && c.batching.balance_ranks)
-    o.balance_attention_length = attention_cost_length(c.model.path);
   o.max_tokens = c.batching.max_tokens;
   o.row_tokens = c.batching.row_tokens > 0                       ? c.batching.row_tokens
                  : c.batching.mode == data::BatchMode::kFixed ? c.data.max_length

@@ -60,6 +60,10 @@ std::shared_ptr<const tokenizer::Tokenizer> load_checked_tokenizer(const std::fi
 // `rank` of `world_size`: this rank's share of every step (data parallelism).
 data::DataOptions make_data_options(const TrainConfig& config, bool eval, int rank = 0, int world_size = 1);
 
+// The example length at which attention costs as much per token as the rest of
+// the model (balancing ranks by compute: data::DataOptions::balance_attention_length).
+int64_t attention_cost_length(const models::ModelConfig& config);
+
 // Activation checkpointing on every k-th decoder layer (k = 0: off).
 
 

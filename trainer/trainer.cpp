@@ -202,10 +202,18 @@ StepRecord Run::train_step(const data::TrainStep& ts) {
   // Backward adds every micro-batch's gradients into the optimizer's flat buffer
   // in place; with fp32 accumulation they move into fp32 sums between micro-batches.
   // With data parallelism the last micro-batch's backward reduces the gradients
-  // across ranks as its buckets fill (GradReducer).
-  const bool fp32_sums = config_.optimizer.fp32_grad_accumulation && optimizer_->has_master_weights();
+  // across ranks as its buckets fill (GradReducer), after the fp32 sums (every
+  // rank has as many slots, so every rank reduces them or none does).
+  const bool fp32_sums = config_.optimizer.fp32_grad_accumulation && optimizer_->has_master_weights() &&
+                         ts.micro_batches.size() > 1;
   int64_t remaining = 0;
   for (const auto& mb : ts.micro_batches) remaining += mb.num_tokens > 0;
+  auto before_last = [&] {
+    if (!reducer_) return;
+    if (fp32_sums) optimizer_->reduce_accumulated();
+    reducer_->arm();
+  };
+  if (remaining == 0) before_last();  // nothing to compute: this rank still reduces with the others
   grad_sinks_->begin_step();
   for (const auto& mb : ts.micro_batches) {
     if (mb.num_tokens == 0) continue;  // an empty slot at the end of an epoch
@@ -213,11 +221,10 @@ StepRecord Run::train_step(const data::TrainStep& ts) {
     if (auto_checkpointing_) {  // the cheapest recomputation this micro-batch fits with
       model_.checkpointing->set(auto_checkpointing_->choose(b.num_tokens));
     }
-    if (reducer_ && remaining == 1) reducer_->arm();
+    if (remaining == 1) before_last();
     const models::LossOutput out = model_.model->loss(b.input, b.labels, b.labels_host);
     (out.loss_sum / denominator).backward();
-    if (fp32_sums && --remaining > 0) optimizer_->accumulate_gradients();
-    if (!fp32_sums) --remaining;
+    if (--remaining > 0 && fp32_sums) optimizer_->accumulate_gradients();
     loss_sum += out.loss_sum.detach();
   }
   // The whole step's figures (every rank's micro-batches).
@@ -343,7 +350,9 @@ std::optional<TrainingState> Run::open_model_and_state() {
 }
 
 void Run::open_data(const std::optional<TrainingState>& state) {
-  const data::DataOptions options = make_data_options(config_, /*eval=*/false, rank(), world());
+  data::DataOptions options = make_data_options(config_, /*eval=*/false, rank(), world());
+  if (world() > 1 && config_.batching.balance_ranks)
+    options.balance_attention_length = attention_cost_length(model_.config);
   total_steps_ = config_.training.max_steps;
   if (total_steps_ == 0) {
     log::info("counting the steps of " + std::to_string(config_.training.epochs) + " epoch(s)...");
@@ -427,9 +436,6 @@ void Run::plan_auto_checkpointing() {
 }
 
 void Run::join_group(const distributed::LaunchEnv& env) {
-  if (config_.optimizer.fp32_grad_accumulation)
-    throw std::invalid_argument(config_.source +
-                                ": optimizer.fp32_grad_accumulation is not available with data parallelism yet");
   if (config_.distributed.transfers == Transfers::kCopyEngine && !device_.device.is_cuda())
     throw std::invalid_argument(config_.source + ": distributed.transfers: copy_engine moves data between GPUs, "
                                 "but this rank runs on the " + device_.device.str() + " (use auto or nccl)");
