@@ -264,4 +264,21 @@ void restore_rng_states(const std::vector<std::pair<std::string, at::Tensor>>& s
   }
 }
 
+std::optional<fs::path> resolve_resume(const TrainConfig& config) {
+  if (config.resume == "none") {
+    // Starting over next to older checkpoints would mix two runs (and pruning would drop the new ones).
+    if (auto latest = latest_checkpoint(config.output_dir))
+      throw std::invalid_argument(config.source + ": resume: none, but " + config.output_dir +
+                                  " holds checkpoints (latest " + latest->filename().string() +
+                                  "); use resume: auto to continue them, or another output_dir");
+    return std::nullopt;
+  }
+  if (config.resume == "auto") return latest_checkpoint(config.output_dir);
+  const fs::path p = config.resume;
+  if (!fs::is_directory(p))
+    throw std::invalid_argument(config.source + ": resume: '" + config.resume +
+                                "' is not auto, none or an existing checkpoint folder");
+  return p;
+}
+
 }  // namespace fptrain::trainer

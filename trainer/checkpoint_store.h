@@ -10,6 +10,7 @@
 #pragma once
 
 #include "models/model_config.h"
+#include "trainer/config.h"
 #include "models/tensor_map.h"
 
 #include <ATen/ATen.h>
@@ -55,6 +56,10 @@ std::string checkpoint_name(int64_t step);  // "step-00000100"
 // Complete checkpoints in output_dir, oldest first.
 std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& output_dir);
 std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& output_dir);
+
+// The checkpoint `resume` points at: auto = the latest in output_dir (none if
+// there is none), none = nothing, else the given folder (which must exist).
+std::optional<std::filesystem::path> resolve_resume(const TrainConfig& config);
 
 // Writes a checkpoint for state.step and returns its folder.
 std::filesystem::path save_checkpoint(const std::filesystem::path& output_dir, const models::ModelConfig& config,

@@ -9,6 +9,7 @@
 #include "trainer/activation_checkpointing.h"
 #include "optim/adamw.h"
 #include "trainer/checkpoint_store.h"
+#include "trainer/data_parallel.h"
 #include "trainer/device_batch.h"
 #include "trainer/device_info.h"
 #include "trainer/evaluate.h"
@@ -113,11 +114,8 @@ class Run {
   void start_records();
   void log_set_up();
   void plan_auto_checkpointing();
-  void join_group(const distributed::LaunchEnv& env);
-  std::optional<fs::path> agree_on_resume();
   void make_optimizer();
   void wait_for_weights_stage_by_stage();
-  fs::path save_together(TrainingState& state);
   nlohmann::json memory_per_rank() const;
   bool leader() const { return !group_ || group_->rank() == 0; }
   int rank() const { return group_ ? group_->rank() : 0; }
@@ -297,8 +295,11 @@ void Run::set_up() {
   if (env) log::set_rank(env->rank);
   open_output_dir(env ? env->rank : 0);
   device_ = resolve_device(env ? rank_device(config_.device, *env) : config_.device, config_.cpu_threads);
-  if (env) join_group(*env);
-  resume_from_ = agree_on_resume();
+  if (env) {
+    group_ = join_group(config_, device_, *env);
+    check_same_configuration(*group_, config_);
+  }
+  resume_from_ = agree_on_resume(group_.get(), config_);
   const std::optional<TrainingState> state = open_model_and_state();
   tokenizer_ = load_checked_tokenizer(config_.model.path, model_.config);
   open_data(state);
@@ -435,47 +436,11 @@ void Run::plan_auto_checkpointing() {
   log::info(auto_checkpointing_->describe());
 }
 
-void Run::join_group(const distributed::LaunchEnv& env) {
-  if (config_.distributed.transfers == Transfers::kCopyEngine && !device_.device.is_cuda())
-    throw std::invalid_argument(config_.source + ": distributed.transfers: copy_engine moves data between GPUs, "
-                                "but this rank runs on the " + device_.device.str() + " (use auto or nccl)");
-  distributed::GroupOptions o;
-  o.timeout = std::chrono::seconds(config_.distributed.timeout);
-  o.heartbeat_timeout = std::chrono::seconds(config_.distributed.heartbeat_timeout);
-  o.nccl = device_.device.is_cuda();
-  o.device_index = device_.device.is_cuda() ? device_.device.index() : -1;
-  o.transfers = common::enum_name(config_.distributed.transfers);
-  o.fatal = [](const std::string& message) { log::error(message); };
-  group_ = distributed::Group::join(env, o);
-  // Every rank must train the same thing: compare the resolved configurations.
-  group_->check_same("configuration (resolved YAML: config files and --set)", to_yaml(config_));
-  log::info("joined the group as " + env.describe() + "; device " + device_.name);
-}
-
-// Rank 0 decides (the others may see the folder a moment later); all follow.
-std::optional<fs::path> Run::agree_on_resume() {
-  if (!group_) return resolve_resume(config_);
-  // "" for a fresh start: a checkpoint path is never empty.
-  const auto decided = group_->leader_decides("resume", [&] {
-    const auto r = resolve_resume(config_);
-    return r ? r->string() : std::string();
-  });
-  if (!decided.ok) throw std::invalid_argument(decided.value);
-  if (decided.value.empty()) return std::nullopt;
-  return fs::path(decided.value);
-}
-
 void Run::make_optimizer() {
   std::vector<std::string> names = models::parameter_names_in_model_order(model_.config);
   std::vector<at::Tensor> params;
   for (const auto& n : names) params.push_back(model_.model->parameters().at(n));
-  DataParallelSpec dp;
-  if (group_) {
-    dp.comm = &group_->comm();
-    dp.shard = config_.distributed.shard_optimizer != ShardOptimizer::kOff;
-    dp.bucket_elements = config_.distributed.bucket_mb * (int64_t{1} << 20) /
-                         static_cast<int64_t>(c10::elementSize(params.front().scalar_type()));
-  }
+  const DataParallelSpec dp = data_parallel_spec(group_.get(), config_, params.front().scalar_type());
   optimizer_ = std::make_unique<AdamW>(names, params, config_.optimizer, FlatLayout::kDefaultAlignment, dp);
   // The projection weights' gradients are written by their backward GEMMs into
   // the flat buffer, so the buffer is not zeroed for them between steps.
@@ -484,15 +449,7 @@ void Run::make_optimizer() {
       models::make_decoder_ops(device_.device, config_.model.fused_ops, model_.backend, grad_sinks_));
   optimizer_->keep_on_zero(grad_sinks_->params());
   if (group_) {
-    // The flat buffers are laid out alike on every rank: their reduce-scatters
-    // and all-gathers may take the copy engines (the all-reduces of the
-    // unsharded mode stay on NCCL).
-    if (optimizer_->sharded()) {
-      group_->comm().share_buffer(optimizer_->flat().grads());
-      group_->comm().share_buffer(optimizer_->flat().weights());
-    }
-    log::info("tensor collectives: " + group_->comm().transfers());
-    reducer_ = std::make_unique<GradReducer>(optimizer_->flat(), group_->comm(), optimizer_->sharded());
+    reducer_ = attach_to_group(*group_, *optimizer_);
     comm_clock_ = std::make_unique<CommClock>(device_.device);
   }
   if (optimizer_->sharded()) wait_for_weights_stage_by_stage();
@@ -534,7 +491,11 @@ void Run::save() {
   state.config_yaml = to_yaml(config_);
   state.optimizer = optimizer_->state();
   state.rng = capture_rng_states();
-  const fs::path dir = group_ ? save_together(state)
+  const auto commit = [&](const fs::path& staging, const TrainingState& whole) {
+    return commit_checkpoint(staging, output_dir_, model_.config, model_.model->parameters(), model_.dtype,
+                             config_.model.path, whole);
+  };
+  const fs::path dir = group_ ? save_together(*group_, output_dir_, state, optimizer_->sharded(), commit)
                               : save_checkpoint(output_dir_, model_.config, model_.model->parameters(), model_.dtype,
                                                 config_.model.path, state);
   if (leader()) prune_checkpoints(output_dir_, config_.checkpoint.keep_last);
@@ -542,48 +503,6 @@ void Run::save() {
   last_checkpoint_ = dir;
   metrics_->note("checkpoint", {{"step", step_}, {"path", dir.string()}, {"seconds", seconds_since(start)}});
   log::info("saved checkpoint " + dir.string() + " (" + format_duration(seconds_since(start)) + ")");
-}
-
-// A checkpoint of the whole group: rank 0 prepares a hidden folder, every rank
-// writes its optimizer shard into it, and only when all succeeded does rank 0 add
-// the model and rename it into place; otherwise it is removed and the previous
-// checkpoint stays the latest.
-fs::path Run::save_together(TrainingState& state) {
-  const std::string tag = "save/" + std::to_string(step_) + "/";
-  const std::string not_saved = "checkpoint at step " + std::to_string(step_) + " not saved";
-  const auto prepared =
-      group_->leader_decides(tag + "prepare", [&] { return prepare_checkpoint(output_dir_, step_).string(); });
-  if (!prepared.ok) throw std::runtime_error(not_saved + ": rank 0: " + prepared.value);
-  const fs::path staging = prepared.value;
-  if (optimizer_->sharded()) state.optimizer_shards = world();
-  std::string failures;
-  const auto written = group_->each_reports(tag + "written", [&] {
-    if (optimizer_->sharded()) write_shard_state(staging, rank(), state);
-    return std::string();
-  });
-  for (int r = 0; r < world(); ++r)
-    if (!written[r].ok) failures += "\n  rank " + std::to_string(r) + ": " + written[r].value;
-  const auto committed = group_->leader_decides(tag + "commit", [&] {
-    if (!failures.empty()) {
-      try {
-        common::remove_tree(staging);
-      } catch (const std::exception& e) {
-        failures += "\n  rank 0, removing the unfinished checkpoint: " + std::string(e.what());
-      }
-      throw std::runtime_error(failures);
-    }
-    TrainingState whole = state;
-    if (optimizer_->sharded()) whole.optimizer.clear();  // in the ranks' files
-    try {
-      return commit_checkpoint(staging, output_dir_, model_.config, model_.model->parameters(), model_.dtype,
-                               config_.model.path, whole).string();
-    } catch (const std::exception& e) {
-      throw std::runtime_error("\n  rank 0: " + std::string(e.what()));
-    }
-  });
-  if (!committed.ok)
-    throw std::runtime_error(not_saved + " (the previous one stays the latest):" + committed.value);
-  return fs::path(committed.value);
 }
 
 void Run::run_eval() {
@@ -673,23 +592,6 @@ TrainOutcome Run::finish(Stop stop, double wall_seconds) {
 }
 
 }  // namespace
-
-std::optional<fs::path> resolve_resume(const TrainConfig& config) {
-  if (config.resume == "none") {
-    // Starting over next to older checkpoints would mix two runs (and pruning would drop the new ones).
-    if (auto latest = latest_checkpoint(config.output_dir))
-      throw std::invalid_argument(config.source + ": resume: none, but " + config.output_dir +
-                                  " holds checkpoints (latest " + latest->filename().string() +
-                                  "); use resume: auto to continue them, or another output_dir");
-    return std::nullopt;
-  }
-  if (config.resume == "auto") return latest_checkpoint(config.output_dir);
-  const fs::path p = config.resume;
-  if (!fs::is_directory(p))
-    throw std::invalid_argument(config.source + ": resume: '" + config.resume +
-                                "' is not auto, none or an existing checkpoint folder");
-  return p;
-}
 
 TrainOutcome train(const TrainConfig& config) {
   validate(config);

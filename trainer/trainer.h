@@ -34,8 +34,4 @@ struct TrainOutcome {
 // configuration or data with a message naming the key, file or line.
 TrainOutcome train(const TrainConfig& config);
 
-// The checkpoint `resume` points at: auto = the latest in output_dir (none if
-// there is none), none = nothing, else the given folder (which must exist).
-std::optional<std::filesystem::path> resolve_resume(const TrainConfig& config);
-
 }  // namespace fptrain::trainer
