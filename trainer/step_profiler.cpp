@@ -145,8 +145,8 @@ void StepProfiler::stop_window(bool complete) {
   }
   char per_step[32];
   std::snprintf(per_step, sizeof per_step, "%.1f", wall_ms / static_cast<double>(recorded_));
-  log::info("step profile, steps " + std::to_string(first_recorded_) + "-" + std::to_string(last_completed_) + ": " +
-            per_step + " ms/step; trace " + (output_dir_ / kTraceFile).string() +
+  log::info("step profile, steps " + std::to_string(first_recorded_) + "-" + std::to_string(last_completed_) +
+            " recorded (" + per_step + " ms/step with the profiler on); trace " + (output_dir_ / kTraceFile).string() +
             "; report: python3 benchmarks/train/profile_report.py " + output_dir_.string());
 }
 

@@ -5,8 +5,11 @@
 # bf16 + fp32 masters), FLAN-like data, pack mode with 16384 tokens per
 # micro-batch, 30 steps (the first 10 not measured); without activation
 # checkpointing (twice), with selective (MLPs recomputed) and recomputing every
-# layer. Writes $OUT/build-ab.md.
-#   OUT=out benchmarks/train/build_ab.sh BUILD_A BUILD_B [NAME_A NAME_B]
+# layer. SETS_A / SETS_B: space-separated key=value overrides of each side (the
+# same build twice with other settings is a settings A/B, e.g. the fused kernels:
+# SETS_A=model.fused_ops=true SETS_B=model.fused_ops=false); CKPTS: the
+# checkpointing settings to run. Writes $OUT/build-ab.md.
+#   OUT=out [SETS_A=...] [SETS_B=...] [CKPTS="none selective"] benchmarks/train/build_ab.sh BUILD_A BUILD_B [NAME_A NAME_B]
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 A=$1 B=$2 NAME_A=${3:-A} NAME_B=${4:-B}
@@ -20,8 +23,9 @@ DATA=$WORK/flan.jsonl
 [ -s "$DATA" ] || "$PYTHON" "$ROOT/scripts/make_dataset.py" --profile flan --examples 6000 --seed 0 --out "$DATA"
 [ -s "$MODEL/config.json" ] || "$A/apps/fptrain" init "$MODEL" --preset llama-1b --corpus "$DATA"
 
-run_one() {  # build name checkpointing -> one markdown row
-  local build=$1 name=$2 ckpt=$3 run=$WORK/run-$2-$3
+run_one() {  # build name checkpointing "key=value ..." -> one markdown row
+  local build=$1 name=$2 ckpt=$3 run=$WORK/run-$2-$3 sets=()
+  for kv in $4; do sets+=(--set "$kv"); done
   rm -rf "$run"
   cat > "$WORK/ab.yaml" <<YAML
 model: {path: $MODEL, dtype: bfloat16, activation_checkpointing: $ckpt}
@@ -36,7 +40,7 @@ output_dir: $run
 resume: none
 device: cuda
 YAML
-  if ! "$build/apps/fptrain" train "$WORK/ab.yaml" > "$OUT/build-ab-$name-$ckpt.log" 2>&1; then
+  if ! "$build/apps/fptrain" train "$WORK/ab.yaml" "${sets[@]}" > "$OUT/build-ab-$name-$ckpt.log" 2>&1; then
     echo "| $name | $ckpt | FAILED (build-ab-$name-$ckpt.log) | | | |"
     return
   fi
@@ -56,8 +60,8 @@ PY
 {
   echo "| build | activation_checkpointing | tokens/s | ms/step | peak allocated GiB | loss at step 30 |"
   echo "| --- | --- | ---: | ---: | ---: | ---: |"
-  for ckpt in none selective every_layer none; do  # none twice: the spread of equal runs
-    run_one "$A" "$NAME_A" "$ckpt"
-    run_one "$B" "$NAME_B" "$ckpt"
+  for ckpt in ${CKPTS:-none selective every_layer none}; do  # none twice: the spread of equal runs
+    run_one "$A" "$NAME_A" "$ckpt" "${SETS_A:-}"
+    run_one "$B" "$NAME_B" "$ckpt" "${SETS_B:-}"
   done
 } | tee "$OUT/build-ab.md"

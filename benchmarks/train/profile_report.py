@@ -74,6 +74,11 @@ def by_kernel_name(n):
         return "memcpy"
     if n.startswith("memset"):
         return "memset"
+    if "fptrain::models" in n:  # our fused kernels say what they are (models/cuda/)
+        for part, category in (("rms_norm", "norm"), ("rotary", "rope"), ("swiglu", "activation"),
+                               ("gelu", "activation"), ("cross_entropy", "loss")):
+            if part in n:
+                return category
     if "fptrain::optim" in n or "fptrain::trainer" in n:
         if "grad_norm" in n or "norm_kernel" in n:
             return "clipping"
@@ -332,7 +337,7 @@ def analyze(window, ops, device, runtime, steps):
     busy = float(union_length([(it[2], it[3]) for it in items], lo, hi))
     cat_ns = {c: 0.0 for c in CATEGORIES}
     cat_count = {c: 0 for c in CATEGORIES}
-    kernels, elementwise = {}, {}
+    kernels, elementwise, unclassified = {}, {}, {}
     step_ns, step_count = [0.0] * n, [0] * n
     for name, cat, _, _, dur, step, label in items:
         cat_ns[cat] += dur
@@ -340,10 +345,11 @@ def analyze(window, ops, device, runtime, steps):
         k = kernels.setdefault(name, [cat, 0.0, 0])
         k[1] += dur
         k[2] += 1
-        if cat == "other_elementwise":
-            e = elementwise.setdefault(label, [cat, 0.0, 0])
-            e[1] += dur
-            e[2] += 1
+        for table, key in ((elementwise, label), (unclassified, name)):
+            if cat == ("other_elementwise" if table is elementwise else "other"):
+                e = table.setdefault(key, [cat, 0.0, 0])
+                e[1] += dur
+                e[2] += 1
         step_ns[step] += dur
         step_count[step] += 1
     sync_ns = api_ns = 0.0
@@ -379,6 +385,8 @@ def analyze(window, ops, device, runtime, steps):
               "top_kernels": costliest(kernels, 15, per, pct),
               # What other_elementwise is made of: the ops that launched it (and their autograd nodes).
               "other_elementwise_by_op": costliest(elementwise, 10, per, pct),
+              # What no rule named (a new kernel, or one no op launched): the rules' blind spots.
+              "other_by_kernel": costliest(unclassified, 10, per, pct),
               "steps": [{"step": s[2], "wall_ms": r3((s[1] - s[0]) / 1e6), "kernels": step_count[i],
                          ("gpu_ms" if gpu else "op_ms"): r3(step_ns[i] / 1e6)} for i, s in enumerate(steps)]})
     return j
@@ -424,6 +432,12 @@ def markdown(j):
                 "| op (< autograd node) | ms / step | % of wall | kernels / step |", "| --- | ---: | ---: | ---: |"]
         rows += [f"| {short_name(k['name'])} | {k['ms']:.2f} | {k['percent']:.1f} | {k['count']:.1f} |"
                  for k in j["other_elementwise_by_op"]]
+        md.append("\n".join(rows) + "\n")
+    if j["other_by_kernel"]:
+        rows = ["## other: what no rule named\n", f"| {'kernel' if gpu else 'op'} | ms / step | % of wall | calls / step |",
+                "| --- | ---: | ---: | ---: |"]
+        rows += [f"| {short_name(k['name'])} | {k['ms']:.2f} | {k['percent']:.1f} | {k['count']:.1f} |"
+                 for k in j["other_by_kernel"]]
         md.append("\n".join(rows) + "\n")
     rows = ["## Steps\n"]
     if gpu:

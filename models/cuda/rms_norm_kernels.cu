@@ -222,7 +222,7 @@ constexpr int kReduceCols = 32, kReduceRows = 8;
 
 template <typename T>
 __global__ void __launch_bounds__(kReduceCols * kReduceRows)
-    dw_reduce_kernel(const float* partial, int64_t blocks, int64_t cols, T* grad_weight) {
+    rms_norm_dw_reduce_kernel(const float* partial, int64_t blocks, int64_t cols, T* grad_weight) {
   __shared__ float sums[kReduceRows][kReduceCols + 1];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kReduceCols + threadIdx.x;
   float sum = 0.0f;
@@ -320,7 +320,7 @@ struct BwdLaunch {
     if (a.grad_weight != nullptr) {
       const dim3 block(kReduceCols, kReduceRows);
       const auto cols_grid = static_cast<unsigned>(ceil_div(a.cols, kReduceCols));
-      dw_reduce_kernel<T><<<cols_grid, block, 0, stream>>>(a.dw_partial, grid, a.cols, static_cast<T*>(a.grad_weight));
+      rms_norm_dw_reduce_kernel<T><<<cols_grid, block, 0, stream>>>(a.dw_partial, grid, a.cols, static_cast<T*>(a.grad_weight));
       check_cuda(cudaGetLastError(), "rms_norm weight-gradient reduction launch");
     }
   }

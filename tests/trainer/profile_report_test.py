@@ -15,6 +15,11 @@ import profile_report as pr  # noqa: E402
 SCRIPT = os.path.join(os.path.dirname(pr.__file__), "profile_report.py")
 
 CASES = [
+    # our fused kernels by their names, whether or not an op is linked
+    ("void fptrain::models::cuda::(anonymous namespace)::rms_norm_dw_reduce_kernel<__nv_bfloat16>(float const*, long, "
+     "long, __nv_bfloat16*)", [], "norm"),
+    ("void fptrain::models::cuda::(anonymous namespace)::rotary_kernel<__nv_bfloat16, 8>(...)", [], "rope"),
+    ("void fptrain::models::cuda::(anonymous namespace)::swiglu_bwd_kernel<__nv_bfloat16, 8>(...)", [], "activation"),
     ("void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_128x128_32x3_nn_align8>(cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_128x128_32x3_nn_align8::Params)",
      ["aten::mm", "aten::linear"], "gemm"),
     ("nvjet_tst_192x192_64x4_2x1_v_bz_coopA_TNN",
