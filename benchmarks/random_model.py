@@ -3,7 +3,7 @@ benchmarks (nothing may be downloaded): made with transformers on the meta
 device, filled on the GPU when there is one (norms 1, biases 0, the rest
 N(0, 0.02), seeded), saved in bf16, with the tokenizer files of another folder
 (fptrain init's, trained on the benchmark's data). Used by distributed/bench_tools.py
-and packing/packing_report.py."""
+packing/packing_report.py and models/bench_helper.py."""
 import json
 import os
 import shutil
@@ -39,11 +39,34 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json",
                    "chat_template.jinja")
 
 
+def random_weights(config):
+    """The model of a transformers config in bf16, on the CPU, built on the meta
+    device and filled where it is fastest (the GPU when there is one): norms 1,
+    biases 0, the rest N(0, 0.02), seeded; embeddings tied where the config says."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model = model.to_empty(device=device)
+    gen = torch.Generator(device=device).manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.fill_(1.0)
+            elif name.endswith(".bias"):
+                p.zero_()
+            else:
+                p.normal_(0.0, 0.02, generator=gen)
+    if getattr(config, "tie_word_embeddings", False):
+        model.tie_weights()
+    return model.to("cpu")  # save from host memory, whatever the library version does with CUDA tensors
+
+
 def make_random_model(out, tokenizer_from, shape_name, stamp_name=".random-model-shape"):
     """Makes `out` once: a stamp file naming the shape, written last, marks a finished folder."""
-    import torch
     import transformers
-    from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
+    from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
     transformers.utils.logging.disable_progress_bar()
     stamp = os.path.join(out, stamp_name)
     if os.path.exists(stamp) and open(stamp).read() == shape_name:
@@ -63,22 +86,7 @@ def make_random_model(out, tokenizer_from, shape_name, stamp_name=".random-model
         config = Qwen3Config(**shape, **ids, architectures=["Qwen3ForCausalLM"])
     else:
         config = LlamaConfig(**shape, **ids, architectures=["LlamaForCausalLM"])
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-    model = model.to_empty(device=device)
-    gen = torch.Generator(device=device).manual_seed(0)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.fill_(1.0)
-            elif name.endswith(".bias"):
-                p.zero_()
-            else:
-                p.normal_(0.0, 0.02, generator=gen)
-    if shape.get("tie_word_embeddings"):
-        model.tie_weights()
-    model = model.to("cpu")  # save from host memory, whatever the library version does with CUDA tensors
+    model = random_weights(config)
     model.save_pretrained(out)
     copied = []
     for f in TOKENIZER_FILES:

@@ -27,6 +27,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from random_model import SHAPES, make_random_model  # noqa: E402
+from run_metrics import read_metrics  # noqa: E402
 
 PEAK_FLOPS = 989e12  # dense bf16, H100/H200 SXM
 GIB = 2**30
@@ -45,14 +46,7 @@ def make_model(a):
 
 def read_records(run):
     """metrics.jsonl's training records (not eval or other events)."""
-    recs = []
-    with open(os.path.join(run, "metrics.jsonl")) as f:
-        for line in f:
-            if line.strip():
-                r = json.loads(line)
-                if "event" not in r:
-                    recs.append(r)
-    return recs
+    return read_metrics(run)[0]
 
 
 def fptrain_run(a):

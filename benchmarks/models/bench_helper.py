@@ -14,9 +14,13 @@ import argparse
 import datetime
 import json
 import os
+import sys
 import time
 
 import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from random_model import random_weights  # noqa: E402
 
 SHAPES = {
     # Llama-2-7B
@@ -37,25 +41,13 @@ def weight_files(folder):
 
 
 def make(args):
-    from transformers import AutoModelForCausalLM, LlamaConfig
+    from transformers import LlamaConfig
     stamp = os.path.join(args.out, ".bench-shape")
     if os.path.exists(stamp) and open(stamp).read() == args.shape + args.max_shard_size:
         print(f"checkpoint {args.out} already made ({args.shape})")
         return
-    device = "cuda" if torch.cuda.is_available() else "cpu"
     t0 = time.time()
-    config = LlamaConfig(**SHAPES[args.shape], architectures=["LlamaForCausalLM"])
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-    model = model.to_empty(device=device)
-    gen = torch.Generator(device=device).manual_seed(0)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.fill_(1.0)
-            else:
-                p.normal_(0.0, 0.02, generator=gen)
-    model = model.to("cpu")  # save from host memory, whatever the library version does with CUDA tensors
+    model = random_weights(LlamaConfig(**SHAPES[args.shape], architectures=["LlamaForCausalLM"]))
     model.save_pretrained(args.out, max_shard_size=args.max_shard_size)
     with open(stamp, "w") as f:
         f.write(args.shape + args.max_shard_size)

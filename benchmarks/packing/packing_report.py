@@ -41,6 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 HF_DDP = os.path.join(HERE, "..", "distributed", "hf_ddp.py")
 sys.path.insert(0, os.path.join(HERE, ".."))
 from random_model import SHAPES, make_random_model  # noqa: E402
+from run_metrics import read_metrics  # noqa: E402
 
 # What the paper (Kundu et al., arXiv 2407.09105) published, as published: FLAN_20k tokens/s per GPU
 # (8 x A100-80GB, FSDP) for padding and for online mini-batch packing with position ids (= flatten).
@@ -64,19 +65,6 @@ MODE_STYLE = {"pad": dict(linestyle="--", linewidth=3), "fixed-nopos": dict(line
 
 def make_model(a):
     make_random_model(a.out, a.tokenizer_from, a.shape, stamp_name=".packing-shape")
-
-
-def read_metrics(run):
-    train, evals = [], []
-    with open(os.path.join(run, "metrics.jsonl")) as f:
-        for line in f:
-            if line.strip():
-                r = json.loads(line)
-                if "event" not in r:
-                    train.append(r)
-                elif r["event"] == "eval":
-                    evals.append(r)
-    return train, evals
 
 
 def fptrain_run(a):
