@@ -35,6 +35,7 @@ at::Tensor one_sequence(const at::Tensor& q, const at::Tensor& k, const at::Tens
   const at::Tensor kh = expand_kv_heads(k, n_rep).transpose(0, 1);  // [Hq, L, D]
   const at::Tensor vh = expand_kv_heads(v, n_rep).transpose(0, 1);  // [Hq, L, D]
   at::Tensor scores = at::matmul(qh, kh.transpose(1, 2)) * spec.softmax_scale;  // [Hq, L, L]
+  if (spec.softcap > 0) scores = at::tanh(scores / spec.softcap) * spec.softcap;  // Gemma 2, op by op
   if (spec.causal) {
     scores = scores.masked_fill(allowed_keys(L, spec.window, q.device()).logical_not(),
                                 -std::numeric_limits<double>::infinity());

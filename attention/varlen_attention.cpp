@@ -145,6 +145,10 @@ bool check_call(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c
 at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const VarlenSpec& spec, Backend backend) {
   if (!check_call(q, k, v, spec)) return q.clone();  // no tokens: empty, still part of q's graph
+  if (spec.softcap > 0 && backend != Backend::kReference)
+    throw std::invalid_argument(std::string("varlen_attention: backend '") + std::string(backend_name(backend)) +
+                                "' has no logit soft-capping (softcap " + std::to_string(spec.softcap) +
+                                "); use reference");
   switch (backend) {
     case Backend::kReference: return reference_varlen_attention(q, k, v, spec);
     case Backend::kTorchFA2: return torch_fa2_varlen_attention(q, k, v, spec);

@@ -30,6 +30,9 @@ struct VarlenSpec {
   // (Hugging Face's sliding_window semantics: `window` keys including itself).
   int64_t window = 0;
   double softmax_scale = 1.0;
+  // > 0: scores become softcap * tanh(scores / softcap) before the mask and the
+  // softmax (Gemma 2's attn_logit_softcapping); only the reference backend has it.
+  double softcap = 0.0;
   // Optional host (CPU) copy of cu_seqlens. The reference backend needs the
   // boundaries on the host; passing them here spares it a device-to-host copy,
   // and lets the dispatcher validate them without a sync.

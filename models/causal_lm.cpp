@@ -1,16 +1,26 @@
 // The decoder, top-down. Every step mirrors Hugging Face's LlamaForCausalLM
 // (Mistral adds a sliding window, Granite four multipliers, Qwen2 q/k/v biases
-// and windows by layer, Qwen3 an RMSNorm of each q and k head), in the same
-// operation order and precision, so logits and gradients agree to rounding:
+// and windows by layer, Qwen3 an RMSNorm of each q and k head, Phi-3 fused
+// projections and LongRoPE), in the same operation order and precision, so
+// logits and gradients agree to rounding:
 //
 //   x = embed(ids) * embedding_multiplier
 //   per layer:  x = x + attn(rms_norm(x)) * residual_multiplier
 //               x = x + mlp(rms_norm(x))  * residual_multiplier
 //   logits = lm_head(rms_norm(x)) / logits_scaling
+//
+// Gemma 2 (GemmaOps: its norm and GELU-tanh gating) scales the embeddings by
+// sqrt(hidden) in the model dtype, wraps both blocks in norms and soft-caps
+// the attention scores and the logits:
+//
+//   per layer:  x = x + norm(attn(norm(x)));  x = x + norm(mlp(norm(x)))
+//   logits = cap * tanh(lm_head(norm(x)) / cap)
 #include "models/causal_lm.h"
 
+#include "models/gemma_ops.h"
 #include "models/parameter_layout.h"
 
+#include <cmath>
 #include <stdexcept>
 #include <vector>
 
@@ -77,11 +87,13 @@ CausalLM::CausalLM(ModelConfig config, TensorMap parameters, attention::Backend 
     : config_(std::move(config)), params_(std::move(parameters)), backend_(backend) {
   check_parameters(config_, params_);
   inv_freq_ = rope_inv_freq(config_.rope, config_.head_dim).to(parameters_device());
-  ops_ = make_decoder_ops(parameters_device(), /*fused=*/true, backend_);
+  ops_ = family_ops(make_decoder_ops(parameters_device(), /*fused=*/true, backend_));
   auto optional = [this](const std::string& name, bool present) { return present ? &weight(name) : nullptr; };
   auto projection = [&](const std::string& prefix, bool bias, ProjectionRole role) {
+    // o and down feed the residual stream directly, except through Gemma's post-norms.
+    const bool residual_only = (role == ProjectionRole::kO || role == ProjectionRole::kDown) && !config_.gemma;
     projections_.push_back(Projection{&weight(prefix + ".weight"), optional(prefix + ".bias", bias),
-                                      static_cast<int64_t>(projections_.size()), role});
+                                      static_cast<int64_t>(projections_.size()), role, residual_only});
     return projections_.back();
   };
   using R = ProjectionRole;
@@ -106,15 +118,24 @@ CausalLM::CausalLM(ModelConfig config, TensorMap parameters, attention::Backend 
     }
     w.q_norm = optional(a + "q_norm.weight", config_.qk_norm);
     w.k_norm = optional(a + "k_norm.weight", config_.qk_norm);
+    w.pre_mlp_norm = optional(p + "pre_feedforward_layernorm.weight", config_.gemma);
+    w.post_mlp_norm = optional(p + "post_feedforward_layernorm.weight", config_.gemma);
     layers_.push_back(w);
   }
+  if (config_.rope_local) inv_freq_local_ = rope_inv_freq(*config_.rope_local, config_.head_dim).to(parameters_device());
   if (config_.rope.type == RopeType::kLongRope)
     inv_freq_long_ = rope_inv_freq(config_.rope, config_.head_dim, /*long_context=*/true).to(parameters_device());
 }
 
 void CausalLM::set_ops(std::shared_ptr<const DecoderOps> ops) {
   if (!ops) throw std::invalid_argument("CausalLM::set_ops: no op set");
-  ops_ = std::move(ops);
+  ops_ = family_ops(std::move(ops));
+}
+
+// The family's own arithmetic over the mechanism's set (Gemma's norms and gating).
+std::shared_ptr<const DecoderOps> CausalLM::family_ops(std::shared_ptr<const DecoderOps> ops) const {
+  if (config_.gemma) return std::make_shared<GemmaOps>(std::move(ops));
+  return ops;
 }
 
 std::vector<Projection> CausalLM::projections() const { return projections_; }
@@ -136,6 +157,7 @@ attention::VarlenSpec CausalLM::attention_spec(const PackedInput& in) const {
   spec.causal = true;
   spec.window = 0;  // per layer: decoder_layer sets the layer's window
   spec.softmax_scale = config_.softmax_scale();
+  spec.softcap = config_.attn_logit_softcap;
   if (in.cu_seqlens_cpu.defined()) {
     spec.cu_seqlens_cpu = in.cu_seqlens_cpu;
   } else if (in.cu_seqlens.device().is_cpu()) {
@@ -160,6 +182,11 @@ at::Tensor CausalLM::hidden_states(const PackedInput& in) const {
   const bool long_context = inv_freq_long_.defined() && in.max_seqlen > config_.rope.original_max_position_embeddings;
   const RotaryTables rope = rotary_tables(long_context ? inv_freq_long_ : inv_freq_, in.position_ids,
                                           embed.scalar_type(), config_.rope.attention_factor);
+  // Gemma 3's sliding layers rotate with their own base.
+  const RotaryTables local_rope = inv_freq_local_.defined()
+                                      ? rotary_tables(inv_freq_local_, in.position_ids, embed.scalar_type(),
+                                                      config_.rope_local->attention_factor)
+                                      : rope;
   const DecoderOps& ops = *ops_;
 
   if (before_stage_) before_stage_(-1);
@@ -167,13 +194,19 @@ at::Tensor CausalLM::hidden_states(const PackedInput& in) const {
   // pad token's row gets no gradient where the text holds that token.
   at::Tensor x = at::embedding(embed, in.input_ids, config_.pad_token_id.value_or(-1));  // [T, hidden]
   if (config_.embedding_multiplier != 1.0) x = x * config_.embedding_multiplier;
+  // Gemma: sqrt(hidden) as an fp32 scalar, rounded to the model dtype, then the product.
+  if (config_.gemma)
+    x = x * at::scalar_tensor(std::sqrt(static_cast<double>(config_.hidden_size)), x.options().dtype(at::kFloat))
+                .to(x.scalar_type());
   for (int64_t layer = 0; layer < config_.num_hidden_layers; ++layer) {
     if (before_stage_) before_stage_(layer);
     attention::VarlenSpec layer_spec = spec;
     layer_spec.window = config_.window(layer);
+    const RotaryTables& layer_rope = config_.sliding_layers[static_cast<size_t>(layer)] ? local_rope : rope;
     // Captures by value: a recomputing runner calls it again during the backward.
-    const BlockFn run = [this, layer, rope, layer_spec](const at::Tensor& h, const DecoderOps& o) {
-      return decoder_layer(layer, h, rope, layer_spec, o);
+    const BlockFn run = [this, layer, layer_rope, layer_spec](const at::Tensor& h, const DecoderOps& o) {
+      return config_.gemma ? sandwich_decoder_layer(layer, h, layer_rope, layer_spec, o)
+                           : decoder_layer(layer, h, layer_rope, layer_spec, o);
     };
     x = layer_runner_ ? layer_runner_(layer, x, ops, run) : run(x, ops);
   }
@@ -190,6 +223,16 @@ at::Tensor CausalLM::decoder_layer(int64_t layer, const at::Tensor& x, const Rot
   const at::Tensor attended = self_attention(w, ops.norm(x, *w.input_norm, eps), rope, spec, ops);
   const AddRmsNormOutput post = ops.add_norm(x, attended, *w.post_norm, eps, scale);
   return residual_add(post.sum, mlp_block(layer, post.normed, ops), scale);
+}
+
+// Gemma: each block's output is normed before its residual add.
+at::Tensor CausalLM::sandwich_decoder_layer(int64_t layer, const at::Tensor& x, const RotaryTables& rope,
+                                            const attention::VarlenSpec& spec, const DecoderOps& ops) const {
+  const LayerWeights& w = layers_[static_cast<size_t>(layer)];
+  const double eps = config_.rms_norm_eps;
+  const at::Tensor attended = self_attention(w, ops.norm(x, *w.input_norm, eps), rope, spec, ops);
+  const AddRmsNormOutput pre_mlp = ops.add_norm(x, ops.norm(attended, *w.post_norm, eps), *w.pre_mlp_norm, eps, 1.0);
+  return residual_add(pre_mlp.sum, ops.norm(mlp_block(layer, pre_mlp.normed, ops), *w.post_mlp_norm, eps), 1.0);
 }
 
 at::Tensor CausalLM::self_attention(const LayerWeights& w, const at::Tensor& x, const RotaryTables& rope,
@@ -236,7 +279,8 @@ const at::Tensor& CausalLM::head_weight() const {
 }
 
 at::Tensor CausalLM::logits(const PackedInput& input) const {
-  return lm_head_logits(hidden_states(input), head_weight(), config_.logits_scaling);  // [T, vocab]
+  return lm_head_logits(hidden_states(input), head_weight(), config_.logits_scaling,
+                        config_.final_logit_softcap);  // [T, vocab]
 }
 
 // Position t predicts labels[t+1]; the last position predicts nothing. The
@@ -260,7 +304,7 @@ LossOutput CausalLM::loss(const PackedInput& input, const at::Tensor& labels, co
   out.num_supervised = (targets != kIgnoreIndex).sum();
   if (!loss_options_.fused) {
     out.loss_sum = reference_linear_cross_entropy(hidden_states(input), head_weight(), targets,
-                                                  config_.logits_scaling);  // also checks the input
+                                                  config_.logits_scaling, config_.final_logit_softcap);
     return out;
   }
   // The host copy of the targets first: a copy from the device here waits only
@@ -269,7 +313,8 @@ LossOutput CausalLM::loss(const PackedInput& input, const at::Tensor& labels, co
                                  : targets.is_cpu()   ? targets
                                                       : targets.to(at::kCPU);
   out.loss_sum = linear_cross_entropy(hidden_states(input), head_weight(), targets, config_.logits_scaling,
-                                      loss_options_.chunk_tokens, targets_cpu);  // also checks the input
+                                      loss_options_.chunk_tokens, targets_cpu,
+                                      config_.final_logit_softcap);  // also checks the input
   return out;
 }
 

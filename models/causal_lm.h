@@ -108,9 +108,13 @@ class CausalLM {
     Projection qkv, gate_up;  // Phi-3's fused weights (then q, k, v, gate and up are unused)
     bool fused() const { return qkv.weight != nullptr; }
     const at::Tensor *q_norm = nullptr, *k_norm = nullptr;  // Qwen3
+    const at::Tensor *pre_mlp_norm = nullptr, *post_mlp_norm = nullptr;  // Gemma
   };
   at::Tensor decoder_layer(int64_t layer, const at::Tensor& x, const RotaryTables& rope,
                            const attention::VarlenSpec& spec, const DecoderOps& ops) const;
+  at::Tensor sandwich_decoder_layer(int64_t layer, const at::Tensor& x, const RotaryTables& rope,
+                                    const attention::VarlenSpec& spec, const DecoderOps& ops) const;
+  std::shared_ptr<const DecoderOps> family_ops(std::shared_ptr<const DecoderOps> ops) const;
   at::Tensor self_attention(const LayerWeights& w, const at::Tensor& x, const RotaryTables& rope,
                             const attention::VarlenSpec& spec, const DecoderOps& ops) const;
   at::Tensor mlp_block(int64_t layer, const at::Tensor& x, const DecoderOps& ops) const;
@@ -121,6 +125,7 @@ class CausalLM {
   TensorMap params_;
   attention::Backend backend_;
   at::Tensor inv_freq_;  // RoPE inverse frequencies, fp32 on the parameters' device
+  at::Tensor inv_freq_local_;  // Gemma 3's sliding layers' own (undefined: as inv_freq_)
   std::shared_ptr<const DecoderOps> ops_;
   BlockRunner layer_runner_;
   BlockRunner mlp_runner_;

@@ -7,6 +7,8 @@
 //   FusedCudaOps    the fused CUDA kernels of models/fused_ops.h (sm_90)
 //   RecomputeOps    a decorator for an activation checkpoint's recomputation
 //                   (models/recompute_ops.h)
+//   GemmaOps        a decorator with Gemma's RMSNorm ((1 + w) in fp32) and
+//                   GELU-tanh gating over any set (models/gemma_ops.h)
 //
 // Either base set sends the projections' weight gradients to the trainer's
 // flat buffer when given GradSinks (models/grad_sinks.h).
@@ -37,8 +39,10 @@ struct Projection {
   const at::Tensor* bias = nullptr;
   int64_t slot = 0;
   ProjectionRole role = ProjectionRole::kQ;
-  // o and down: their output feeds only a residual add.
-  bool feeds_residual() const { return role == ProjectionRole::kO || role == ProjectionRole::kDown; }
+  // Its output feeds only a residual add (o and down, unless a norm comes
+  // between, as in Gemma): a recomputation may skip its product.
+  bool residual_only = false;
+  bool feeds_residual() const { return residual_only; }
 };
 
 class DecoderOps : public std::enable_shared_from_this<DecoderOps> {

@@ -58,6 +58,7 @@ struct Plan {
   int64_t count = 0;  // S
   at::Tensor targets;  // int64 [T] on the device
   double divisor = 1.0;
+  double softcap = 0.0;  // Gemma 2's final soft-cap (0: none)
   int64_t chunk = 1;
   bool grad_hidden = false, grad_weight = false;
   // One chunk of 16-bit values on CUDA: its GEMM is autograd's single GEMM (fp32
@@ -98,21 +99,29 @@ void find_supervised(Plan& plan, const at::Tensor& host_targets, int64_t vocab, 
 }
 
 // One chunk's log-probabilities, fp32 [n, V], from logits computed exactly as
-// lm_head_logits does (the in-place division gives the same values as its
-// out-of-place one; the chunk's logits are ours alone).
-at::Tensor chunk_log_probs(const at::Tensor& hidden_chunk, const at::Tensor& weight, double divisor) {
+// lm_head_logits does (the in-place ops give the same values as its out-of-place
+// ones; the chunk's logits are ours alone). With a soft-cap, `tanh` keeps
+// tanh(logits / cap) for the backward.
+at::Tensor chunk_log_probs(const at::Tensor& hidden_chunk, const at::Tensor& weight, const Plan& plan,
+                           at::Tensor& tanh) {
   at::Tensor logits = at::linear(hidden_chunk, weight);
-  if (divisor != 1.0) logits.div_(divisor);
+  if (plan.divisor != 1.0) logits.div_(plan.divisor);
+  if (plan.softcap > 0) {
+    tanh = logits.div_(plan.softcap).tanh();
+    logits = tanh * plan.softcap;
+  }
   return at::log_softmax(logits, 1, at::kFloat);
 }
 
 // d(sum of the chunk's losses) / d(logits) as autograd forms it through the
 // materialised path: softmax - onehot in fp32 (exp of the log-probabilities,
 // and exp(logp) - 1 at the target, computed before any rounding), cast to the
-// model dtype (the backward of .to(kFloat)), then ÷ divisor in the model dtype
-// (the backward of the division). Consumes logp.
+// model dtype (the backward of .to(kFloat)); with a soft-cap the backward of
+// cap * tanh(z / cap) op by op (x cap, tanh_backward, ÷ cap), then ÷ divisor,
+// each in the model dtype. Consumes logp.
 at::Tensor chunk_logits_grad(at::Tensor logp, const at::Tensor& picked, const at::Tensor& target_column,
-                             at::ScalarType dtype, double divisor) {
+                             at::ScalarType dtype, const Plan& plan, const at::Tensor& tanh) {
+  const double divisor = plan.divisor;
   at::Tensor dlogits;
   if (dtype == at::kFloat) {
     dlogits = logp.exp_();
@@ -122,6 +131,7 @@ at::Tensor chunk_logits_grad(at::Tensor logp, const at::Tensor& picked, const at
     logp.reset();
   }
   dlogits.scatter_(1, target_column, (picked.exp() - 1.0).to(dtype));
+  if (plan.softcap > 0) dlogits = at::tanh_backward(dlogits.mul_(plan.softcap), tanh).div_(plan.softcap);
   if (divisor != 1.0) dlogits.div_(divisor);
   return dlogits;
 }
@@ -180,12 +190,13 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
         const int64_t n = std::min(plan.chunk, S - start);
         const at::Tensor hidden_chunk = h.narrow(0, start, n);
         const at::Tensor target_column = t.narrow(0, start, n).unsqueeze(1);
-        at::Tensor logp = chunk_log_probs(hidden_chunk, weight, plan.divisor);
+        at::Tensor tanh;
+        at::Tensor logp = chunk_log_probs(hidden_chunk, weight, plan, tanh);
         const at::Tensor picked = logp.gather(1, target_column);  // [n, 1] log-probability of the target
         at::Tensor loss_out = token_loss.narrow(0, start, n);
         at::neg_out(loss_out, picked.squeeze(1));
         if (!plan.grad_hidden && !plan.grad_weight) continue;
-        const at::Tensor dlogits = chunk_logits_grad(std::move(logp), picked, target_column, dtype, plan.divisor);
+        const at::Tensor dlogits = chunk_logits_grad(std::move(logp), picked, target_column, dtype, plan, tanh);
         if (plan.grad_hidden) {
           at::Tensor out = grad_hidden_rows.narrow(0, start, n);
           at::mm_out(out, dlogits, weight);
@@ -229,9 +240,11 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
 
 }  // namespace
 
-at::Tensor lm_head_logits(const at::Tensor& hidden, const at::Tensor& weight, double logits_scale_divisor) {
+at::Tensor lm_head_logits(const at::Tensor& hidden, const at::Tensor& weight, double logits_scale_divisor,
+                          double final_softcap) {
   at::Tensor logits = at::linear(hidden, weight);
   if (logits_scale_divisor != 1.0) logits = logits / logits_scale_divisor;
+  if (final_softcap > 0) logits = at::tanh(logits / final_softcap) * final_softcap;
   return logits;
 }
 
@@ -242,8 +255,10 @@ int64_t default_chunk_tokens(int64_t vocab_size) {
 }
 
 at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
-                                double logits_scale_divisor, int64_t chunk_tokens, const at::Tensor& targets_cpu) {
+                                double logits_scale_divisor, int64_t chunk_tokens, const at::Tensor& targets_cpu,
+                                double final_softcap) {
   check_arguments(hidden, weight, targets, logits_scale_divisor);
+  if (!(final_softcap >= 0) || !std::isfinite(final_softcap)) fail("final_softcap must be finite and >= 0");
   at::Tensor host_targets = targets_cpu;
   if (host_targets.defined()) {
     if (!host_targets.is_cpu() || host_targets.scalar_type() != at::kLong || host_targets.sizes() != targets.sizes()) {
@@ -256,6 +271,7 @@ at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weig
   find_supervised(plan, host_targets, weight.size(0), hidden.device());
   plan.targets = targets;
   plan.divisor = logits_scale_divisor;
+  plan.softcap = final_softcap;
   plan.chunk = chunk_tokens > 0 ? chunk_tokens : default_chunk_tokens(weight.size(0));
   const bool grad_mode = c10::GradMode::is_enabled();
   plan.grad_hidden = grad_mode && hidden.requires_grad();
@@ -272,9 +288,10 @@ at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weig
 }
 
 at::Tensor reference_linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight,
-                                          const at::Tensor& targets, double logits_scale_divisor) {
+                                          const at::Tensor& targets, double logits_scale_divisor,
+                                          double final_softcap) {
   check_arguments(hidden, weight, targets, logits_scale_divisor);
-  const at::Tensor logits = lm_head_logits(hidden, weight, logits_scale_divisor).to(at::kFloat);
+  const at::Tensor logits = lm_head_logits(hidden, weight, logits_scale_divisor, final_softcap).to(at::kFloat);
   return at::cross_entropy_loss(logits, targets, /*weight=*/{}, at::Reduction::Sum, kIgnoreIndex);
 }
 

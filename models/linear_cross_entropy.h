@@ -20,9 +20,12 @@ namespace fptrain::models {
 inline constexpr int64_t kIgnoreIndex = -100;  // targets equal to it are not supervised
 
 // logits = hidden @ weight^T in the model dtype, then / divisor in the model
-// dtype when divisor != 1 (Granite's logits_scaling), as transformers computes
-// them; CausalLM::logits and both loss paths use exactly these operations.
-at::Tensor lm_head_logits(const at::Tensor& hidden, const at::Tensor& weight, double logits_scale_divisor);
+// dtype when divisor != 1 (Granite's logits_scaling), then cap * tanh(logits /
+// cap) op by op in the model dtype when final_softcap > 0 (Gemma 2), as
+// transformers computes them; CausalLM::logits and both loss paths use exactly
+// these operations.
+at::Tensor lm_head_logits(const at::Tensor& hidden, const at::Tensor& weight, double logits_scale_divisor,
+                          double final_softcap = 0.0);
 
 // Tokens per chunk for `vocab_size`: the chunk's fp32 logits take about 512 MiB
 // (1024 tokens for a vocabulary of 128256, 4096 for 32000), rounded down to a
@@ -52,12 +55,13 @@ int64_t default_chunk_tokens(int64_t vocab_size);
 // Throws std::invalid_argument for bad shapes, dtypes, devices and targets.
 at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
                                 double logits_scale_divisor = 1.0, int64_t chunk_tokens = 0,
-                                const at::Tensor& targets_cpu = {});
+                                const at::Tensor& targets_cpu = {}, double final_softcap = 0.0);
 
 // The materialised path the fused one replaces, kept as the reference: all
 // logits (lm_head_logits), cast to fp32, at::cross_entropy_loss with sum
 // reduction and ignore index -100; autograd does the rest.
 at::Tensor reference_linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight,
-                                          const at::Tensor& targets, double logits_scale_divisor = 1.0);
+                                          const at::Tensor& targets, double logits_scale_divisor = 1.0,
+                                          double final_softcap = 0.0);
 
 }  // namespace fptrain::models

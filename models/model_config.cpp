@@ -139,6 +139,8 @@ constexpr ArchitectureInfo kArchitectures[] = {
     {"Qwen2ForCausalLM", "qwen2", Family::kQwen2, 32768},
     {"Qwen3ForCausalLM", "qwen3", Family::kQwen3, 32768},
     {"Phi3ForCausalLM", "phi3", Family::kPhi3, 4096},
+    {"Gemma2ForCausalLM", "gemma2", Family::kGemma2, 8192},
+    {"Gemma3ForCausalLM", "gemma3_text", Family::kGemma3, 131072},
 };
 
 std::string supported_architectures() {
@@ -163,7 +165,7 @@ const ArchitectureInfo& resolve_architecture(const json& doc, const KeyReader& k
     const std::string type = keys.string("model_type", "");
     for (const auto& a : kArchitectures)
       if (type == a.model_type) return a;
-    keys.fail("model_type", "unsupported model_type; supported: llama, mistral, granite, qwen2, qwen3, phi3");
+    keys.fail("model_type", "unsupported model_type; supported: llama, mistral, granite, qwen2, qwen3, phi3, gemma2, gemma3_text");
   }
   keys.fail("architectures", "neither 'architectures' nor 'model_type' is given");
 }
@@ -176,6 +178,8 @@ std::string family_key_prefix(Family f) {
     case Family::kQwen2: return "Qwen2";
     case Family::kQwen3: return "Qwen3";
     case Family::kPhi3: return "Phi3";
+    case Family::kGemma2: return "Gemma2";
+    case Family::kGemma3: return "Gemma3";
   }
   return "?";
 }
@@ -207,6 +211,10 @@ void parse_longrope(const json& params, const KeyReader& keys, const KeyReader& 
                                                        : std::sqrt(1 + std::log(rope.factor) / std::log(original));
 }
 
+RopeConfig parse_rope_params(const json& params, const std::string& source, const std::string& where,
+                             const KeyReader& top, double default_theta, int64_t max_position_embeddings,
+                             Family family, int64_t head_dim);
+
 // The RoPE dict as transformers sees it after standardisation.
 RopeConfig parse_rope(const json& doc, const KeyReader& top, int64_t max_position_embeddings,
                       const std::string& source, Family family, int64_t head_dim) {
@@ -222,10 +230,18 @@ RopeConfig parse_rope(const json& doc, const KeyReader& top, int64_t max_positio
     if (!doc.at("rope_parameters").is_object()) top.fail("rope_parameters", "expected an object or null");
     params = doc.at("rope_parameters");
   }
-  const KeyReader keys(params, source, where + ".");
+  return parse_rope_params(params, source, where, top, top.number("rope_theta", 10000.0), max_position_embeddings,
+                           family, head_dim);
+}
 
+// One RoPE dict (`where` names it in errors): its type and their parameters;
+// `default_theta` when it has no rope_theta.
+RopeConfig parse_rope_params(const json& params, const std::string& source, const std::string& where,
+                             const KeyReader& top, double default_theta, int64_t max_position_embeddings,
+                             Family family, int64_t head_dim) {
+  const KeyReader keys(params, source, where + ".");
   RopeConfig rope;
-  rope.theta = keys.number("rope_theta", top.number("rope_theta", 10000.0));
+  rope.theta = keys.number("rope_theta", default_theta);
   if (rope.theta <= 0) keys.fail("rope_theta", "must be positive");
 
   const double partial = keys.number("partial_rotary_factor", top.number("partial_rotary_factor", 1.0));
@@ -263,6 +279,84 @@ RopeConfig parse_rope(const json& doc, const KeyReader& top, int64_t max_positio
   return rope;
 }
 
+// layer_types: full_attention or sliding_attention, one per layer.
+void parse_layer_types(const json& doc, const KeyReader& keys, ModelConfig& c) {
+  const json& types = doc.at("layer_types");
+  if (!types.is_array() || static_cast<int64_t>(types.size()) != c.num_hidden_layers)
+    keys.fail("layer_types", "expected a list of " + std::to_string(c.num_hidden_layers) + " layer types");
+  for (size_t i = 0; i < types.size(); ++i) {
+    const std::string t = types[i].is_string() ? types[i].get<std::string>() : "";
+    if (t != "full_attention" && t != "sliding_attention")
+      keys.fail("layer_types", "entry " + std::to_string(i) + ": expected full_attention or sliding_attention");
+    c.sliding_layers[i] = t == "sliding_attention";
+  }
+}
+
+// Sliding layers need a window: transformers cannot run such a model otherwise.
+void check_windows(const KeyReader& keys, const ModelConfig& c, const std::string& why_none) {
+  const bool any = std::find(c.sliding_layers.begin(), c.sliding_layers.end(), true) != c.sliding_layers.end();
+  if (any && !c.sliding_window)
+    keys.fail("layer_types", "has sliding_attention layers but no window (" + why_none +
+                             "): transformers cannot run such a model");
+}
+
+// A soft-cap: the class default when the key is absent, none when null.
+double softcap(const json& doc, const KeyReader& keys, const std::string& key, double fallback) {
+  if (!doc.contains(key)) return fallback;
+  if (!keys.has(key)) return 0.0;
+  const double cap = keys.number(key);
+  if (!(cap > 0)) keys.fail(key, "must be positive (or null for none)");
+  return cap;
+}
+
+void parse_gemma_windows(const json& doc, const KeyReader& keys, ModelConfig& c);
+
+// Gemma 2: (1 + w) norms, sandwich norms, GELU (tanh) gating, scaled embeddings,
+// soft-capped scores and logits, query_pre_attn_scalar as the scale's base.
+void parse_gemma(const json& doc, const KeyReader& keys, ModelConfig& c) {
+  const bool gemma3 = c.family == Family::kGemma3;
+  c.gemma = true;
+  c.qk_norm = gemma3;
+  c.attention_bias = keys.boolean("attention_bias", false);
+  c.qkv_bias = c.attention_bias;
+  if (keys.boolean("use_bidirectional_attention", false))
+    keys.fail("use_bidirectional_attention", "bidirectional attention is not supported (fptrain trains causal decoders)");
+  // Gemma 3's attention never applies attn_logit_softcapping (transformers
+  // passes it nowhere), whatever the file says.
+  c.attn_logit_softcap = gemma3 ? 0.0 : softcap(doc, keys, "attn_logit_softcapping", 50.0);
+  c.final_logit_softcap = softcap(doc, keys, "final_logit_softcapping", gemma3 ? 0.0 : 30.0);
+  const double scalar = keys.number("query_pre_attn_scalar", 256.0);
+  if (!(scalar > 0)) keys.fail("query_pre_attn_scalar", "must be positive");
+  c.attention_multiplier = 1.0 / std::sqrt(scalar);
+  parse_gemma_windows(doc, keys, c);
+}
+
+// Gemma 3: one RoPE for the full-attention layers (rope_theta, default 1e6,
+// and the scaling) and one for the sliding layers (rope_local_base_freq,
+// default 1e4). v5 nests them in rope_parameters by layer type; v4 writes
+// rope_theta, rope_local_base_freq and rope_scaling, which transformers merges
+// into the full-attention one.
+void parse_gemma3_rope(const json& doc, const KeyReader& keys, const std::string& source, ModelConfig& c) {
+  // transformers starts both from {"rope_type": "default"}: a v4 rope_scaling that
+  // spells its type "type" then leaves the type default, as it does there.
+  json full = {{"rope_type", "default"}}, sliding = {{"rope_type", "default"}};
+  if (keys.has("rope_parameters")) {
+    const json& p = doc.at("rope_parameters");
+    if (!p.is_object()) keys.fail("rope_parameters", "expected an object or null");
+    if (p.contains("full_attention") && p.at("full_attention").is_object()) full = p.at("full_attention");
+    if (p.contains("sliding_attention") && p.at("sliding_attention").is_object()) sliding = p.at("sliding_attention");
+  }
+  if (keys.has("rope_scaling")) {
+    if (!doc.at("rope_scaling").is_object()) keys.fail("rope_scaling", "expected an object or null");
+    full.update(doc.at("rope_scaling"));
+  }
+  const double global = keys.number("rope_theta", 1e6), local = keys.number("rope_local_base_freq", 1e4);
+  c.rope = parse_rope_params(full, source, "rope_parameters.full_attention", keys, global, c.max_position_embeddings,
+                             c.family, c.head_dim);
+  c.rope_local = parse_rope_params(sliding, source, "rope_parameters.sliding_attention", keys, local,
+                                   c.max_position_embeddings, c.family, c.head_dim);
+}
+
 // Qwen2 and Qwen3: the window is sliding_window when use_sliding_window is
 // set; which layers slide comes from layer_types, else the layers from
 // max_window_layers on (the configs' __post_init__).
@@ -273,23 +367,29 @@ void parse_qwen_windows(const json& doc, const KeyReader& keys, ModelConfig& c) 
                                                        : std::nullopt;
   c.sliding_layers.assign(static_cast<size_t>(c.num_hidden_layers), false);
   if (keys.has("layer_types")) {
-    const json& types = doc.at("layer_types");
-    if (!types.is_array() || static_cast<int64_t>(types.size()) != c.num_hidden_layers)
-      keys.fail("layer_types", "expected a list of " + std::to_string(c.num_hidden_layers) + " layer types");
-    for (size_t i = 0; i < types.size(); ++i) {
-      const std::string t = types[i].is_string() ? types[i].get<std::string>() : "";
-      if (t != "full_attention" && t != "sliding_attention")
-        keys.fail("layer_types", "entry " + std::to_string(i) + ": expected full_attention or sliding_attention");
-      c.sliding_layers[i] = t == "sliding_attention";
-    }
+    parse_layer_types(doc, keys, c);
   } else if (c.sliding_window) {
     const int64_t first = keys.integer("max_window_layers", 28);
     for (int64_t l = std::max<int64_t>(first, 0); l < c.num_hidden_layers; ++l) c.sliding_layers[static_cast<size_t>(l)] = true;
   }
-  const bool any = std::find(c.sliding_layers.begin(), c.sliding_layers.end(), true) != c.sliding_layers.end();
-  if (any && !c.sliding_window)
-    keys.fail("layer_types", "has sliding_attention layers but no window (use_sliding_window is false or "
-                             "sliding_window null): transformers cannot run such a model");
+  check_windows(keys, c, "use_sliding_window is false or sliding_window null");
+}
+
+// Gemma 2 and 3: a window of sliding_window (default 4096; null: none) on the
+// layers layer_types names; by default every layer but each pattern-th, the
+// pattern 2 for Gemma 2 and sliding_window_pattern (default 6) for Gemma 3.
+void parse_gemma_windows(const json& doc, const KeyReader& keys, ModelConfig& c) {
+  if (!doc.contains("sliding_window")) c.sliding_window = 4096;
+  else if (keys.has("sliding_window")) c.sliding_window = keys.positive("sliding_window");
+  c.sliding_layers.assign(static_cast<size_t>(c.num_hidden_layers), false);
+  if (keys.has("layer_types")) {
+    parse_layer_types(doc, keys, c);
+  } else {
+    const std::string key = keys.has("sliding_window_pattern") ? "sliding_window_pattern" : "_sliding_window_pattern";
+    const int64_t pattern = c.family == Family::kGemma3 ? keys.positive(key, 6) : 2;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) c.sliding_layers[static_cast<size_t>(l)] = (l + 1) % pattern != 0;
+  }
+  check_windows(keys, c, "sliding_window is null");
 }
 
 std::string parse_dtype(const KeyReader& keys) {
@@ -313,8 +413,13 @@ ModelConfig parse_model_config(const json& doc, const std::string& source) {
   c.family = arch.family;
   c.architecture = arch.architecture;
 
-  const std::string act = keys.string("hidden_act", "silu");
-  if (act != "silu") keys.fail("hidden_act", "unsupported activation; only silu is supported");
+  if (arch.family == Family::kGemma2 || arch.family == Family::kGemma3) {  // an old hidden_act means the same
+    const std::string key = keys.has("hidden_activation") ? "hidden_activation" : "hidden_act";
+    if (keys.string(key, "gelu_pytorch_tanh") != "gelu_pytorch_tanh")
+      keys.fail(key, "unsupported activation; Gemma takes gelu_pytorch_tanh");
+  } else if (keys.string("hidden_act", "silu") != "silu") {
+    keys.fail("hidden_act", "unsupported activation; only silu is supported");
+  }
 
   // Upper bounds far above every released model keep the shape arithmetic
   // (heads x head_dim, vocab x hidden, per-layer loops) in range.
@@ -329,6 +434,7 @@ ModelConfig parse_model_config(const json& doc, const std::string& source) {
   const bool kv_absent = !doc.contains("num_key_value_heads");
   const int64_t kv_default = kv_absent && c.family == Family::kMistral ? 8
                              : kv_absent && (c.family == Family::kQwen2 || c.family == Family::kQwen3) ? 32
+                             : kv_absent && (c.family == Family::kGemma2 || c.family == Family::kGemma3) ? 4
                                                                                                        : c.num_attention_heads;
   c.num_key_value_heads = keys.size("num_key_value_heads", kMaxCount, kv_default);
   if (c.num_attention_heads % c.num_key_value_heads != 0)
@@ -336,8 +442,8 @@ ModelConfig parse_model_config(const json& doc, const std::string& source) {
                                          std::to_string(c.num_attention_heads) + ")");
   if (keys.has("head_dim")) {
     c.head_dim = keys.size("head_dim", kMaxWidth);
-  } else if (c.family == Family::kQwen3) {
-    c.head_dim = 128;  // Qwen3Config's default, not hidden / heads
+  } else if (c.family == Family::kQwen3 || c.family == Family::kGemma2 || c.family == Family::kGemma3) {
+    c.head_dim = c.family == Family::kQwen3 ? 128 : 256;  // the classes' defaults, not hidden / heads
   } else {
     if (c.hidden_size % c.num_attention_heads != 0)
       keys.fail("hidden_size", "is not a multiple of num_attention_heads (" +
@@ -347,7 +453,8 @@ ModelConfig parse_model_config(const json& doc, const std::string& source) {
   c.max_position_embeddings = keys.positive("max_position_embeddings", arch.default_max_position_embeddings);
   c.rms_norm_eps = keys.number("rms_norm_eps", 1e-6);
   if (c.rms_norm_eps <= 0) keys.fail("rms_norm_eps", "must be positive");
-  c.tie_word_embeddings = keys.boolean("tie_word_embeddings", false);
+  c.tie_word_embeddings =
+      keys.boolean("tie_word_embeddings", c.family == Family::kGemma2 || c.family == Family::kGemma3);
 
   if (c.family == Family::kMistral) {
     // MistralForCausalLM has no projection biases; a config asking for them
@@ -375,6 +482,9 @@ ModelConfig parse_model_config(const json& doc, const std::string& source) {
     if (keys.boolean("mlp_bias", false)) keys.fail("mlp_bias", c.architecture + " has no MLP biases");
     c.qk_norm = c.family == Family::kQwen3;
     parse_qwen_windows(doc, keys, c);
+  } else if (c.family == Family::kGemma2 || c.family == Family::kGemma3) {
+    if (keys.boolean("mlp_bias", false)) keys.fail("mlp_bias", c.architecture + " has no MLP biases");
+    parse_gemma(doc, keys, c);
   } else {
     c.attention_bias = keys.boolean("attention_bias", false);
     c.qkv_bias = c.attention_bias;
@@ -394,21 +504,28 @@ ModelConfig parse_model_config(const json& doc, const std::string& source) {
   c.attention_dropout = keys.number("attention_dropout", 0.0);
   if (c.attention_dropout < 0 || c.attention_dropout >= 1) keys.fail("attention_dropout", "must be in [0, 1)");
 
-  c.rope = parse_rope(doc, keys, c.max_position_embeddings, source, c.family, c.head_dim);
+  if (c.family == Family::kGemma3) {
+    parse_gemma3_rope(doc, keys, source, c);
+  } else {
+    c.rope = parse_rope(doc, keys, c.max_position_embeddings, source, c.family, c.head_dim);
+  }
   c.dtype = parse_dtype(keys);
   // Llama, Mistral and Granite default to bos 1 and eos 2 when the key is
   // absent, Qwen to none; null means none.
   const bool qwen = c.family == Family::kQwen2 || c.family == Family::kQwen3;
+  const bool gemma = c.gemma;  // Gemma: bos 2, eos 1, pad 0
   c.bos_token_id = doc.contains("bos_token_id") ? keys.optional_integer("bos_token_id")
                    : qwen                        ? std::nullopt
-                                                 : std::optional<int64_t>(1);
+                                                 : std::optional<int64_t>(gemma ? 2 : 1);
   c.eos_token_ids = doc.contains("eos_token_id") ? keys.integer_or_list("eos_token_id")
                     : qwen                        ? std::vector<int64_t>{}
                     : c.family == Family::kPhi3   ? std::vector<int64_t>{32000}
-                                                  : std::vector<int64_t>{2};
-  // Phi3Config's pad default is 32000; the others' none.
-  c.pad_token_id = doc.contains("pad_token_id") || c.family != Family::kPhi3 ? keys.optional_integer("pad_token_id")
-                                                                            : std::optional<int64_t>(32000);
+                                                  : std::vector<int64_t>{gemma ? 1 : 2};
+  // Phi3Config's pad default is 32000, Gemma2Config's 0; the others' none.
+  c.pad_token_id = doc.contains("pad_token_id") ? keys.optional_integer("pad_token_id")
+                   : c.family == Family::kPhi3  ? std::optional<int64_t>(32000)
+                   : gemma                      ? std::optional<int64_t>(0)
+                                                : std::nullopt;
   if (c.pad_token_id && (*c.pad_token_id < 0 || *c.pad_token_id >= c.vocab_size))
     keys.fail("pad_token_id", "outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
   c.raw = doc;
@@ -449,6 +566,50 @@ int64_t ModelConfig::num_parameters() const {
   return total;
 }
 
+namespace {
+
+// A RoPE's type and parameters as transformers writes them ({} for default);
+// LongRoPE's original context goes to the top level of `out`.
+json rope_to_json(const RopeConfig& r, json& out) {
+  json rope = json::object();
+  if (r.type == RopeType::kLinear) {
+    rope = {{"rope_type", "linear"}, {"factor", r.factor}};
+  } else if (r.type == RopeType::kLlama3) {
+    rope = {{"rope_type", "llama3"},
+            {"factor", r.factor},
+            {"low_freq_factor", r.low_freq_factor},
+            {"high_freq_factor", r.high_freq_factor},
+            {"original_max_position_embeddings", r.original_max_position_embeddings}};
+  } else if (r.type == RopeType::kLongRope) {
+    rope = {{"rope_type", "longrope"}, {"short_factor", r.short_factor}, {"long_factor", r.long_factor}};
+    if (r.factors_given) {  // else transformers derives them again, equally
+      rope["factor"] = r.factor;
+      rope["attention_factor"] = r.attention_factor;
+    }
+    out["original_max_position_embeddings"] = r.original_max_position_embeddings;
+  }
+  return rope;
+}
+
+// The dtype and token ids, after the RoPE.
+json finish_config_json(const ModelConfig& c, bool v4, json& out) {
+  out.erase("torch_dtype");
+  out.erase("dtype");
+  out[v4 ? "torch_dtype" : "dtype"] = c.dtype;
+  out["bos_token_id"] = c.bos_token_id ? json(*c.bos_token_id) : json(nullptr);
+  if (c.eos_token_ids.empty()) {
+    out["eos_token_id"] = nullptr;
+  } else if (c.eos_token_ids.size() == 1) {
+    out["eos_token_id"] = c.eos_token_ids[0];
+  } else {
+    out["eos_token_id"] = c.eos_token_ids;
+  }
+  out["pad_token_id"] = c.pad_token_id ? json(*c.pad_token_id) : json(nullptr);
+  return out;
+}
+
+}  // namespace
+
 json model_config_to_json(const ModelConfig& c) {
   json out = c.raw.is_object() ? c.raw : json::object();
   // Keep the spelling the source used (v4 or v5) so the file round-trips.
@@ -470,7 +631,20 @@ json model_config_to_json(const ModelConfig& c) {
   out["head_dim"] = c.head_dim;
   out["max_position_embeddings"] = c.max_position_embeddings;
   out["rms_norm_eps"] = c.rms_norm_eps;
-  out["hidden_act"] = "silu";
+  if (c.gemma) {
+    out.erase("hidden_act");
+    out["hidden_activation"] = "gelu_pytorch_tanh";
+    if (c.family == Family::kGemma2)  // Gemma 3 ignores the key: it stays as the file had it
+      out["attn_logit_softcapping"] = c.attn_logit_softcap > 0 ? json(c.attn_logit_softcap) : json(nullptr);
+    out["final_logit_softcapping"] = c.final_logit_softcap > 0 ? json(c.final_logit_softcap) : json(nullptr);
+    out["sliding_window"] = c.sliding_window ? json(*c.sliding_window) : json(nullptr);
+    std::vector<std::string> types;
+    for (bool s : c.sliding_layers) types.push_back(s ? "sliding_attention" : "full_attention");
+    out["layer_types"] = types;
+    if (!out.contains("query_pre_attn_scalar")) out["query_pre_attn_scalar"] = 256;
+  } else {
+    out["hidden_act"] = "silu";
+  }
   out["tie_word_embeddings"] = c.tie_word_embeddings;
   out["attention_dropout"] = c.attention_dropout;
   if (c.family == Family::kMistral) {
@@ -479,6 +653,8 @@ json model_config_to_json(const ModelConfig& c) {
     out["attention_bias"] = c.attention_bias;
   } else if (c.family == Family::kPhi3) {
     out["sliding_window"] = c.sliding_window ? json(*c.sliding_window) : json(nullptr);
+  } else if (c.family == Family::kGemma2 || c.family == Family::kGemma3) {
+    out["attention_bias"] = c.attention_bias;
   } else if (c.family != Family::kQwen2) {
     out["attention_bias"] = c.attention_bias;
     out["mlp_bias"] = c.mlp_bias;
@@ -490,27 +666,25 @@ json model_config_to_json(const ModelConfig& c) {
     out["attention_multiplier"] = c.attention_multiplier.value_or(1.0);
   }
 
-  json rope = json::object();
-  if (c.rope.type == RopeType::kLinear) {
-    rope = {{"rope_type", "linear"}, {"factor", c.rope.factor}};
-  } else if (c.rope.type == RopeType::kLlama3) {
-    rope = {{"rope_type", "llama3"},
-            {"factor", c.rope.factor},
-            {"low_freq_factor", c.rope.low_freq_factor},
-            {"high_freq_factor", c.rope.high_freq_factor},
-            {"original_max_position_embeddings", c.rope.original_max_position_embeddings}};
-  } else if (c.rope.type == RopeType::kLongRope) {
-    rope = {{"rope_type", "longrope"}, {"short_factor", c.rope.short_factor}, {"long_factor", c.rope.long_factor}};
-    if (c.rope.factors_given) {  // else transformers derives them again, equally
-      rope["factor"] = c.rope.factor;
-      rope["attention_factor"] = c.rope.attention_factor;
-    }
-    out["original_max_position_embeddings"] = c.rope.original_max_position_embeddings;
-  }
+  json rope = rope_to_json(c.rope, out);
   out.erase("rope_scaling");
   out.erase("rope_parameters");
   out.erase("rope_theta");
-  if (v4) {
+  if (c.rope_local) {  // Gemma 3: one RoPE per layer type
+    json local = rope_to_json(*c.rope_local, out);
+    if (v4) {
+      out["rope_theta"] = c.rope.theta;
+      out["rope_local_base_freq"] = c.rope_local->theta;
+      out["rope_scaling"] = rope.empty() ? json(nullptr) : rope;
+    } else {
+      if (rope.empty()) rope = {{"rope_type", "default"}};
+      if (local.empty()) local = {{"rope_type", "default"}};
+      rope["rope_theta"] = c.rope.theta;
+      local["rope_theta"] = c.rope_local->theta;
+      out.erase("rope_local_base_freq");
+      out["rope_parameters"] = {{"full_attention", rope}, {"sliding_attention", local}};
+    }
+  } else if (v4) {
     out["rope_theta"] = c.rope.theta;
     out["rope_scaling"] = rope.empty() ? json(nullptr) : rope;
   } else {
@@ -518,20 +692,8 @@ json model_config_to_json(const ModelConfig& c) {
     rope["rope_theta"] = c.rope.theta;
     out["rope_parameters"] = rope;
   }
-
-  out.erase("torch_dtype");
-  out.erase("dtype");
-  out[v4 ? "torch_dtype" : "dtype"] = c.dtype;
-  out["bos_token_id"] = c.bos_token_id ? json(*c.bos_token_id) : json(nullptr);
-  if (c.eos_token_ids.empty()) {
-    out["eos_token_id"] = nullptr;
-  } else if (c.eos_token_ids.size() == 1) {
-    out["eos_token_id"] = c.eos_token_ids[0];
-  } else {
-    out["eos_token_id"] = c.eos_token_ids;
-  }
-  out["pad_token_id"] = c.pad_token_id ? json(*c.pad_token_id) : json(nullptr);
-  return out;
+  return finish_config_json(c, v4, out);
 }
+
 
 }  // namespace fptrain::models

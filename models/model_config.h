@@ -1,6 +1,7 @@
 // The model hyper-parameters fptrain reads from a Hugging Face config.json.
 // One struct serves LlamaForCausalLM, MistralForCausalLM, GraniteForCausalLM,
-// Qwen2ForCausalLM and Qwen3ForCausalLM.
+// Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM and
+// Gemma3ForCausalLM (Gemma 3's text model).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -15,7 +16,7 @@
 
 namespace fptrain::models {
 
-enum class Family { kLlama, kMistral, kGranite, kQwen2, kQwen3, kPhi3 };
+enum class Family { kLlama, kMistral, kGranite, kQwen2, kQwen3, kPhi3, kGemma2, kGemma3 };
 
 enum class RopeType { kDefault, kLinear, kLlama3, kLongRope };
 
@@ -61,6 +62,9 @@ struct ModelConfig {
   int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
   RopeConfig rope;
+  // Gemma 3: the sliding layers' own RoPE (rope_local_base_freq); `rope` is the
+  // full-attention layers' (with its scaling).
+  std::optional<RopeConfig> rope_local;
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // biases on q, k, v and o (Llama, Granite, Qwen3: attention_bias)
   bool qkv_bias = false;        // biases on q, k and v: attention_bias, or always (Qwen2, without o)
@@ -75,11 +79,19 @@ struct ModelConfig {
   // does not, so a caller should tell the user when it is non-zero.
   double attention_dropout = 0.0;
 
+  // Gemma 2 and 3: RMSNorm as (1 + weight) in fp32, norms before and after the
+  // attention and the MLP, GELU (tanh) gating, embeddings x sqrt(hidden) in the
+  // model dtype, tanh soft-capping of attention scores and of the final logits
+  // (0: none; cap * tanh(x / cap)).
+  bool gemma = false;
+  double attn_logit_softcap = 0.0;
+  double final_logit_softcap = 0.0;
+
   // Granite; 1.0 for the other families.
   double embedding_multiplier = 1.0;
   double residual_multiplier = 1.0;
   double logits_scaling = 1.0;
-  std::optional<double> attention_multiplier;  // softmax scale override
+  std::optional<double> attention_multiplier;  // softmax scale override (Gemma: query_pre_attn_scalar^-0.5)
 
   std::string dtype = "float32";  // "float32" | "bfloat16" | "float16" (torch_dtype / dtype)
   std::optional<int64_t> bos_token_id;

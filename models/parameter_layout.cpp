@@ -47,6 +47,10 @@ std::vector<ParameterInfo> parameter_layout(const ModelConfig& c) {
     }
     out.push_back({p + "input_layernorm.weight", {H}, l});
     out.push_back({p + "post_attention_layernorm.weight", {H}, l});
+    if (c.gemma) {  // the norms around the MLP
+      out.push_back({p + "pre_feedforward_layernorm.weight", {H}, l});
+      out.push_back({p + "post_feedforward_layernorm.weight", {H}, l});
+    }
   }
   out.push_back({"model.norm.weight", {H}, -1});
   if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {V, H}, -1});

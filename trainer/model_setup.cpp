@@ -5,6 +5,7 @@
 #include "models/model_config.h"
 #include "models/parameter_layout.h"
 #include "trainer/activation_checkpointing.h"
+#include "trainer/log/log.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -22,16 +23,21 @@ at::ScalarType resolve_dtype(ModelDtype choice, const at::Device& device) {
   throw std::logic_error("resolve_dtype: unknown ModelDtype");
 }
 
-attention::Backend resolve_backend(AttentionChoice choice, const at::Device& device, int64_t head_dim,
+attention::Backend resolve_backend(AttentionChoice choice, const at::Device& device, const models::ModelConfig& model,
                                    at::ScalarType dtype) {
+  const int64_t head_dim = model.head_dim;
   const bool half = dtype == at::kBFloat16 || dtype == at::kHalf;
   if (choice == AttentionChoice::kAuto) {
-    if (!device.is_cuda()) return attention::Backend::kReference;
+    // Soft-capped scores (Gemma 2) only the reference computes yet.
+    if (!device.is_cuda() || model.attn_logit_softcap > 0) return attention::Backend::kReference;
     if (attention::hopper_kernels_support(head_dim, dtype)) return attention::Backend::kHopper;
     return half ? attention::Backend::kTorchFA2 : attention::Backend::kReference;
   }
   if (choice == AttentionChoice::kReference) return attention::Backend::kReference;
   const std::string what = std::string("model.attention: '") + common::enum_name(choice) + "' ";
+  if (model.attn_logit_softcap > 0)
+    throw std::invalid_argument(what + "has no attention logit soft-capping, which this model uses "
+                                "(attn_logit_softcapping); use reference or auto");
   if (!device.is_cuda())
     throw std::invalid_argument(what + "needs a CUDA device; the run is on " + device.str() + " (use reference or auto)");
   if (!half)
@@ -50,12 +56,15 @@ LoadedModel open_model(const TrainConfig& config, const at::Device& device, cons
   LoadedModel m;
   m.config = models::load_model_config(weights_dir / "config.json");
   m.dtype = resolve_dtype(config.model.dtype, device);
-  m.backend = resolve_backend(config.model.attention, device, m.config.head_dim, m.dtype);
+  m.backend = resolve_backend(config.model.attention, device, m.config, m.dtype);
   models::TensorMap params = models::load_pretrained_weights(weights_dir, m.config, m.dtype, device);
   if (trainable)
     for (auto& [name, t] : params) t.requires_grad_(true);
   m.model = std::make_unique<models::CausalLM>(m.config, std::move(params), m.backend);
   m.model->set_ops(models::make_decoder_ops(device, config.model.fused_ops, m.backend));
+  if (m.config.gemma)  // the fused kernels compute Llama's forms; soft-capped scores only the reference
+    log::info("Gemma: its RMSNorm ((1 + w) in fp32) and GELU-tanh gating run in ATen, not in the fused kernels" +
+              std::string(m.config.attn_logit_softcap > 0 ? "; soft-capped attention on the reference backend" : ""));
   m.checkpointing = set_activation_checkpointing(*m.model, config.model.activation_checkpointing);
   return m;
 }

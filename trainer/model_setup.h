@@ -22,9 +22,10 @@ namespace fptrain::trainer {
 // auto: bfloat16 on CUDA, float32 on CPU.
 at::ScalarType resolve_dtype(ModelDtype choice, const at::Device& device);
 // auto: on CUDA, hopper where our kernels run (this GPU, this head_dim and dtype), else
-// torch-fa2 (bf16/fp16), else reference; reference on the CPU. An explicit backend
-// that cannot run the model here is an error naming why.
-attention::Backend resolve_backend(AttentionChoice choice, const at::Device& device, int64_t head_dim,
+// torch-fa2 (bf16/fp16), else reference; reference on the CPU and for soft-capped
+// attention scores (Gemma 2). An explicit backend that cannot run the model here is
+// an error naming why.
+attention::Backend resolve_backend(AttentionChoice choice, const at::Device& device, const models::ModelConfig& model,
                                    at::ScalarType dtype);
 
 // What the model's runners recompute, switchable between micro-batches

@@ -204,6 +204,46 @@ TEST(LinearCrossEntropy, HostCopyOfTargetsGivesTheSameResult) {
   EXPECT_TRUE(at::equal(a, b));
 }
 
+// Gemma 2's final soft-cap, cap * tanh(logits / cap): the fused path runs the
+// materialised path's operations and their backward op by op, for any chunking,
+// in fp32 and bf16, and both follow an fp64 computation.
+TEST(LinearCrossEntropy, FinalSoftcapEqualsTheMaterialisedPath) {
+  const int64_t T = 31, H = 40, V = 157;
+  const at::Tensor targets = mixed_targets(T, V);
+  const double cap = 2.0;  // bites: the logits spread a few units
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    const Inputs in = make_inputs(T, H, V, dtype);
+    auto capped = [&](bool fused, int64_t chunk) {
+      const at::Tensor hidden = in.hidden.detach().clone().requires_grad_(true);
+      const at::Tensor weight = in.weight.detach().clone().requires_grad_(true);
+      const at::Tensor loss = fused ? linear_cross_entropy(hidden, weight, targets, 1.0, chunk, {}, cap)
+                                    : reference_linear_cross_entropy(hidden, weight, targets, 1.0, cap);
+      (loss * 0.25).backward();
+      return Result{loss.detach(), hidden.grad(), weight.grad()};
+    };
+    const at::Tensor h64 = in.hidden.to(at::kDouble).requires_grad_(true);
+    const at::Tensor w64 = in.weight.to(at::kDouble).requires_grad_(true);
+    const at::Tensor loss64 = at::cross_entropy_loss(at::tanh(at::linear(h64, w64) / cap) * cap, targets, {},
+                                                     at::Reduction::Sum, kIgnoreIndex);
+    (loss64 * 0.25).backward();
+    const Result ref = capped(false, 0);
+    const double tol = dtype == at::kBFloat16 ? 1e-2 : kTolerance;
+    for (int64_t chunk : {int64_t{1}, int64_t{7}, int64_t{0}}) {
+      const Result fused = capped(true, chunk);
+      EXPECT_LE(rel_err(fused.loss, ref.loss), tol) << "chunk " << chunk;
+      EXPECT_LE(rel_err(fused.grad_hidden, ref.grad_hidden), tol) << "chunk " << chunk;
+      EXPECT_LE(rel_err(fused.grad_weight, ref.grad_weight), tol) << "chunk " << chunk;
+    }
+    const double exact_tol = dtype == at::kBFloat16 ? 3e-2 : 1e-5;
+    EXPECT_LE(rel_err(ref.loss, loss64.detach()), exact_tol);
+    EXPECT_LE(rel_err(ref.grad_hidden, h64.grad()), exact_tol);
+    EXPECT_LE(rel_err(ref.grad_weight, w64.grad()), exact_tol);
+    // The cap changes the loss: it is not silently dropped.
+    EXPECT_GT(rel_err(ref.loss, run(false, in.hidden, in.weight, targets, 1.0, 0, 0.25).loss), 1e-2);
+  }
+}
+
 TEST(LinearCrossEntropy, Bf16AndFp64OnTheCpu) {
   // The 16-bit path widens the chunk operands to sum the weight gradient in
   // fp32; fp64 keeps the cross-entropy in fp32 like the reference.

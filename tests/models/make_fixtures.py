@@ -22,7 +22,8 @@ import pathlib
 
 import torch
 from safetensors.torch import save_file
-from transformers import (AutoModelForCausalLM, GraniteConfig, GraniteForCausalLM, LlamaConfig,
+from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
+                          GraniteConfig, GraniteForCausalLM, LlamaConfig,
                           LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
                           Phi3Config, Phi3ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
@@ -76,6 +77,24 @@ MODELS = {
         rope_parameters=dict(rope_type="longrope", rope_theta=10000.0,
                              short_factor=[1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.1, 3.8],
                              long_factor=[1.0, 1.5, 2.5, 4.0, 6.0, 9.0, 13.0, 18.0])), None),
+    # Gemma 2 with caps that bite (scores 1.5, logits 3.0), query_pre_attn_scalar 20,
+    # GQA 4/2, head_dim 24 != hidden / heads, q/k/v/o biases, three layers with the
+    # default layer_types (sliding, full, sliding) and a window of 4, tied embeddings.
+    "gemma2": (Gemma2Config, Gemma2ForCausalLM, dict(
+        COMMON, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=24,
+        attn_logit_softcapping=1.5, final_logit_softcapping=3.0, query_pre_attn_scalar=20, sliding_window=4,
+        attention_bias=True, pad_token_id=0, bos_token_id=2, eos_token_id=1, rope_theta=10000.0), None),
+    # Gemma 3 text: q/k norms ((1 + w)), a local RoPE base (1e4) on the sliding layers and a
+    # linearly scaled global one (1e6, factor 4) on the full layer, layer_types sliding, full,
+    # sliding with a window of 4, a final soft-cap of 3 (its attention has none), GQA 4/2,
+    # head_dim 24, query_pre_attn_scalar 20, q/k/v/o biases, tied.
+    "gemma3": (Gemma3TextConfig, Gemma3ForCausalLM, dict(
+        COMMON, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=24,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"], sliding_window=4,
+        final_logit_softcapping=3.0, query_pre_attn_scalar=20, attention_bias=True, pad_token_id=0,
+        bos_token_id=2, eos_token_id=1,
+        rope_parameters={"full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}), None),
 }
 
 
@@ -116,7 +135,9 @@ def make(name, out_dir, seed):
     model = AutoModelForCausalLM.from_pretrained(ckpt, attn_implementation="eager", dtype=torch.float32)
     model.train()
     # transformers' RoPE inverse frequencies, to compare bit for bit.
-    golden = {"rope.inv_freq": model.model.rotary_emb.inv_freq.detach().clone()}
+    rotary = model.model.rotary_emb  # Gemma 3: one per layer type; the full layers' is `rope`
+    inv_freq = getattr(rotary, "inv_freq", None)
+    golden = {"rope.inv_freq": (inv_freq if inv_freq is not None else rotary.full_attention_inv_freq).detach().clone()}
     for i, (ids, labels) in enumerate(make_examples(model.config.vocab_size, generator)):
         model.zero_grad(set_to_none=True)
         out = model(input_ids=ids[None], labels=labels[None], num_items_in_batch=1,

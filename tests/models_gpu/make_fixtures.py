@@ -17,8 +17,8 @@ import pathlib
 
 import torch
 from safetensors.torch import save_file
-from transformers import (AutoModelForCausalLM, GraniteConfig, GraniteForCausalLM, LlamaConfig,
-                          LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
+                          GraniteConfig, GraniteForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
                           Phi3Config, Phi3ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 # Lengths cross FA2's tile sizes; one example is a single token.
@@ -56,6 +56,19 @@ MODELS = {
         rope_parameters=dict(rope_type="longrope", rope_theta=10000.0,
                              short_factor=[1.0 + 0.1 * i for i in range(32)],
                              long_factor=[1.0 + 0.5 * i for i in range(32)])), None),
+    # Gemma 2: soft-caps that bite (scores 10, logits 8), sandwich norms, GELU-tanh,
+    # layer 0 in a window of 48, query_pre_attn_scalar 96, head_dim 64, tied.
+    "gemma2": (Gemma2Config, Gemma2ForCausalLM, dict(
+        COMMON, num_attention_heads=4, num_key_value_heads=2, head_dim=64, sliding_window=48,
+        attn_logit_softcapping=10.0, final_logit_softcapping=8.0, query_pre_attn_scalar=96, pad_token_id=0,
+        rope_theta=10000.0), None),
+    # Gemma 3 text on our kernels (no soft-capped scores): q/k norms, the local RoPE base
+    # on the sliding layer 0 (window 48), a scaled global one on layer 1, head_dim 64.
+    "gemma3": (Gemma3TextConfig, Gemma3ForCausalLM, dict(
+        COMMON, num_attention_heads=4, num_key_value_heads=2, head_dim=64, sliding_window=48,
+        layer_types=["sliding_attention", "full_attention"], query_pre_attn_scalar=64, pad_token_id=0,
+        rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}), None),
 }
 
 

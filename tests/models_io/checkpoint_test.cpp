@@ -43,7 +43,8 @@ void expect_equal_to_reference(const TensorMap& got, const std::string& ref_fold
 // ---- expected shapes ----------------------------------------------------------
 
 TEST(ExpectedShapes, MatchTheTensorsTransformersSaved) {
-  for (const std::string name : {"llama", "llama_linear", "mistral", "granite", "qwen2", "qwen3", "phi3"}) {
+  for (const std::string name :
+       {"llama", "llama_linear", "mistral", "granite", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"}) {
     SCOPED_TRACE(name);
     const auto shapes = expected_parameter_shapes(config_of(name));
     const json checksums = read_json(fixture(name + "_ref/expected.json"))["checksums"];
@@ -74,7 +75,7 @@ TEST_P(LoadFromTransformers, ConvertsToBf16OnLoad) {
 
 INSTANTIATE_TEST_SUITE_P(Models, LoadFromTransformers,
                          ::testing::Values("llama", "llama_linear", "mistral", "mistral_nowindow", "granite", "qwen2",
-                                           "qwen3", "phi3"));
+                                           "qwen3", "phi3", "gemma2", "gemma3"));
 
 TEST(LoadPretrained, ShardedCheckpointsEqualTransformersWeights) {
   for (const std::string name : {"llama", "granite"}) {
@@ -272,8 +273,9 @@ TEST(SavePretrained, TiedModelLoadsInTransformersWithIdenticalLogits) {
   expect_transformers_agrees(dir / "out", "granite", "--expect-tied");
 }
 
-TEST(SavePretrained, QwenAndPhi3ModelsLoadInTransformersWithIdenticalLogits) {
-  for (const std::string name : {"qwen2", "qwen3", "phi3"}) {  // qwen2 tied; phi3 fused weights and LongRoPE
+TEST(SavePretrained, QwenPhi3AndGemma2ModelsLoadInTransformersWithIdenticalLogits) {
+  // qwen2 and gemma2 tied; phi3 fused weights and LongRoPE; gemma2 soft-caps and sandwich norms
+  for (const std::string name : {"qwen2", "qwen3", "phi3", "gemma2", "gemma3"}) {
     SCOPED_TRACE(name);
     ScratchDir dir("save");
     const ModelConfig c = config_of(name);

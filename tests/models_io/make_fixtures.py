@@ -18,8 +18,8 @@ import shutil
 import torch
 import transformers
 from safetensors.torch import save_file
-from transformers import (AutoConfig, AutoModelForCausalLM, GraniteConfig, LlamaConfig, MistralConfig, Phi3Config,
-                          Qwen2Config, Qwen3Config)
+from transformers import (AutoConfig, AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, GraniteConfig, LlamaConfig,
+                          MistralConfig, Phi3Config, Qwen2Config, Qwen3Config)
 
 TINY = dict(vocab_size=96, hidden_size=32, intermediate_size=56, num_hidden_layers=2)
 
@@ -61,6 +61,18 @@ MODELS = {
         max_position_embeddings=512, original_max_position_embeddings=64,
         rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
                          "short_factor": [1.0, 1.2, 1.5, 2.0], "long_factor": [1.0, 2.0, 4.0, 8.0]}),
+    # (1 + w) norms around both blocks, the default soft-caps (50, 30), query_pre_attn_scalar 16
+    # with head_dim 12, a window of 5 on the default layer_types (sliding, full), tied
+    "gemma2": lambda: Gemma2Config(
+        **TINY, num_attention_heads=4, num_key_value_heads=2, head_dim=12, sliding_window=5,
+        query_pre_attn_scalar=16, rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+    # q/k norms, a RoPE per layer type (a linearly scaled global one, a local base of 20000),
+    # layer_types from sliding_window_pattern 2 (sliding, full), a window of 6, head_dim 12
+    "gemma3": lambda: Gemma3TextConfig(
+        **TINY, num_attention_heads=4, num_key_value_heads=2, head_dim=12, sliding_window=6,
+        sliding_window_pattern=2, query_pre_attn_scalar=12,
+        rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 20000.0}}),
 }
 SHARDED = {"llama": "20KB", "granite": "16KB"}
 BF16 = {"mistral"}  # also saved in bfloat16 to test conversion on load
@@ -70,7 +82,7 @@ def dtype_name(dtype):
     return str(dtype).replace("torch.", "") if dtype is not None else None
 
 
-WINDOWED = ("mistral", "qwen2", "qwen3", "phi3")
+WINDOWED = ("mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text")
 
 
 def layer_window(config, attn):
@@ -85,6 +97,12 @@ def describe(config, model):
     fused = hasattr(attn, "qkv_proj")  # Phi-3
     mlp = model.model.layers[0].mlp
     rope = dict(config.rope_parameters)
+    local = rope.get("sliding_attention") if "full_attention" in rope else None
+    rope = dict(rope["full_attention"]) if "full_attention" in rope else rope  # Gemma 3: one per layer type
+    rotary = model.model.rotary_emb
+    # Gemma 3 holds one per layer type present (a model of sliding layers only has no full one).
+    inv_freq = next(t for t in (getattr(rotary, k, None) for k in ("inv_freq", "full_attention_inv_freq",
+                                                                     "sliding_attention_inv_freq")) if t is not None)
     emb = model.get_input_embeddings().weight
     tied = model.lm_head.weight.data_ptr() == emb.data_ptr()
     eos = config.eos_token_id
@@ -98,7 +116,7 @@ def describe(config, model):
         "num_key_value_heads": (config.num_key_value_heads if fused else attn.k_proj.out_features // attn.head_dim),
         "head_dim": attn.head_dim,
         "max_position_embeddings": config.max_position_embeddings,
-        "rms_norm_eps": model.model.norm.variance_epsilon,
+        "rms_norm_eps": getattr(model.model.norm, "variance_epsilon", getattr(model.model.norm, "eps", None)),
         "tie_word_embeddings": tied,
         "attention_bias": (attn.qkv_proj if fused else attn.q_proj).bias is not None,
         "qk_norm": hasattr(attn, "q_norm"),
@@ -112,6 +130,8 @@ def describe(config, model):
         "embedding_multiplier": getattr(config, "embedding_multiplier", 1.0),
         "residual_multiplier": getattr(config, "residual_multiplier", 1.0),
         "logits_scaling": getattr(config, "logits_scaling", 1.0),
+        "attn_logit_softcapping": getattr(config, "attn_logit_softcapping", None),
+        "final_logit_softcapping": getattr(config, "final_logit_softcapping", None),
         "rope_type": rope["rope_type"],
         "rope_theta": rope["rope_theta"],
         # absent (null) when the RoPE type does not use them
@@ -119,7 +139,8 @@ def describe(config, model):
         "rope_low_freq_factor": rope.get("low_freq_factor"),
         "rope_high_freq_factor": rope.get("high_freq_factor"),
         "rope_original_max_position_embeddings": rope.get("original_max_position_embeddings"),
-        "inv_freq": model.model.rotary_emb.inv_freq.tolist(),
+        "inv_freq": inv_freq.tolist(),
+        "rope_local_theta": local["rope_theta"] if local else None,
         "dtype": dtype_name(config.dtype),
         "bos_token_id": config.bos_token_id,
         "eos_token_ids": [] if eos is None else (list(eos) if isinstance(eos, (list, tuple)) else [eos]),
@@ -133,11 +154,17 @@ def to_v4(doc):
     """Rewrites a v5 config.json the way transformers 4.x wrote it."""
     doc = dict(doc)
     rope = dict(doc.pop("rope_parameters"))
+    if "full_attention" in rope:  # Gemma 3: the local base apart, the scaling applies to the global one
+        doc["rope_local_base_freq"] = rope["sliding_attention"]["rope_theta"]
+        rope = dict(rope["full_attention"])
     doc["rope_theta"] = rope.pop("rope_theta")
     rope_type = rope.pop("rope_type")
-    # transformers 4 wrote both spellings over time; use the old "type" for linear.
+    # transformers 4 wrote both spellings over time; use the old "type" for linear (not
+    # for Gemma 3, whose checkpoints write rope_type, and whose v5 reading keeps "type"'s
+    # linear as default).
+    old_spelling = rope_type == "linear" and "rope_local_base_freq" not in doc
     doc["rope_scaling"] = None if rope_type == "default" else {
-        ("type" if rope_type == "linear" else "rope_type"): rope_type, **rope}
+        ("type" if old_spelling else "rope_type"): rope_type, **rope}
     if "dtype" in doc:
         doc["torch_dtype"] = doc.pop("dtype")
     doc["transformers_version"] = "4.46.0"
@@ -219,7 +246,8 @@ def main():
     # Configs giving only the sizes, to compare fptrain's defaults with transformers'.
     for model_type, arch in (("llama", "LlamaForCausalLM"), ("mistral", "MistralForCausalLM"),
                              ("granite", "GraniteForCausalLM"), ("qwen2", "Qwen2ForCausalLM"),
-                             ("qwen3", "Qwen3ForCausalLM")):
+                             ("qwen3", "Qwen3ForCausalLM"), ("gemma2", "Gemma2ForCausalLM"),
+                             ("gemma3_text", "Gemma3ForCausalLM")):
         folder = os.path.join(out, model_type + "_minimal")
         shutil.rmtree(folder, ignore_errors=True)
         os.makedirs(folder)

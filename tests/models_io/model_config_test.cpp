@@ -48,6 +48,17 @@ void expect_matches(const ModelConfig& c, const json& want, const std::string& w
   EXPECT_EQ(c.embedding_multiplier, want["embedding_multiplier"].get<double>());
   EXPECT_EQ(c.residual_multiplier, want["residual_multiplier"].get<double>());
   EXPECT_EQ(c.logits_scaling, want["logits_scaling"].get<double>());
+  const json& attn_cap = want["attn_logit_softcapping"];
+  const json& final_cap = want["final_logit_softcapping"];
+  // Gemma 3 keeps attn_logit_softcapping in its config but never applies it.
+  if (c.family != Family::kGemma3) EXPECT_EQ(c.attn_logit_softcap, attn_cap.is_null() ? 0.0 : attn_cap.get<double>());
+  if (want["rope_local_theta"].is_null()) {
+    EXPECT_FALSE(c.rope_local.has_value());
+  } else {
+    ASSERT_TRUE(c.rope_local.has_value());
+    EXPECT_EQ(c.rope_local->theta, want["rope_local_theta"].get<double>());
+  }
+  EXPECT_EQ(c.final_logit_softcap, final_cap.is_null() ? 0.0 : final_cap.get<double>());
 
   EXPECT_EQ(rope_type_name(c.rope.type), want["rope_type"].get<std::string>());
   EXPECT_EQ(c.rope.theta, want["rope_theta"].get<double>());
@@ -122,7 +133,7 @@ TEST_P(ConfigFromTransformers, RopeFrequenciesMatchTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Models, ConfigFromTransformers,
                          ::testing::Values("llama", "llama_linear", "mistral", "mistral_nowindow", "granite", "qwen2",
-                                           "qwen3", "phi3"));
+                                           "qwen3", "phi3", "gemma2", "gemma3"));
 
 class ConfigDefaults : public ::testing::TestWithParam<std::string> {};
 
@@ -132,7 +143,8 @@ TEST_P(ConfigDefaults, OnlySizesGivenDefaultsMatchTransformers) {
   expect_matches(load_model_config(fixture(folder + "/config.json")), expected["v5"], folder);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, ConfigDefaults, ::testing::Values("llama", "mistral", "granite", "qwen2", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(Families, ConfigDefaults,
+                         ::testing::Values("llama", "mistral", "granite", "qwen2", "qwen3", "gemma2", "gemma3_text"));
 
 TEST(ConfigParse, FamilyFromModelTypeWhenArchitecturesAbsent) {
   json doc = read_json(fixture("mistral/config.json"));
@@ -166,6 +178,25 @@ TEST_F(ConfigErrors, UnsupportedArchitecture) {
   doc.erase("architectures");
   doc["model_type"] = "gpt2";
   expect_rejected(doc, {"'model_type'", "gpt2", "unsupported"});
+}
+
+TEST_F(ConfigErrors, GemmaOptionsFptrainDoesNotTrain) {
+  const json gemma = read_json(fixture("gemma2/config.json"));
+  json doc = gemma;
+  doc["use_bidirectional_attention"] = true;
+  expect_rejected(doc, {"'use_bidirectional_attention'", "bidirectional attention is not supported"});
+  doc = gemma;
+  doc["hidden_activation"] = "gelu";
+  expect_rejected(doc, {"'hidden_activation'", "gelu_pytorch_tanh"});
+  doc = gemma;
+  doc["sliding_window"] = nullptr;  // layer_types still name sliding layers
+  expect_rejected(doc, {"'layer_types'", "no window"});
+  doc = gemma;
+  doc["attn_logit_softcapping"] = -1.0;
+  expect_rejected(doc, {"'attn_logit_softcapping'", "must be positive"});
+  doc = gemma;
+  doc["final_logit_softcapping"] = nullptr;  // null: no cap, accepted
+  EXPECT_EQ(parse_model_config(doc, "mem").final_logit_softcap, 0.0);
 }
 
 TEST_F(ConfigErrors, UnsupportedRopeTypes) {

@@ -14,7 +14,8 @@ import random
 
 import sentencepiece as spm
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig,
+                          LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 WORDS = ("apple river blue green city mountain light book tree house garden friend water stone cloud "
          "bird song road window paper table chair music summer winter").split()
@@ -99,6 +100,37 @@ def main():
                        max_position_embeddings=512, rms_norm_eps=1e-5, tie_word_embeddings=True,
                        bos_token_id=1, eos_token_id=2, initializer_range=0.05)
     Qwen3ForCausalLM(qwen).save_pretrained(qwen_dir)
+
+    # A Gemma 2 (soft-caps that bite, sandwich norms, a window of 8 in layer 0,
+    # query_pre_attn_scalar 24, tied) for the training loop; same tokenizer.
+    gemma_dir = out / "gemma2"
+    gemma_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("tokenizer.model", "tokenizer_config.json"):
+        (gemma_dir / name).write_bytes((model_dir / name).read_bytes())
+    torch.manual_seed(3)
+    gemma = Gemma2Config(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=8,
+                         attn_logit_softcapping=2.0, final_logit_softcapping=5.0, query_pre_attn_scalar=24,
+                         max_position_embeddings=512, rms_norm_eps=1e-5, pad_token_id=0,
+                         bos_token_id=1, eos_token_id=2, initializer_range=0.05)
+    Gemma2ForCausalLM(gemma).save_pretrained(gemma_dir)
+
+    # A Gemma 3 text model (q/k norms, a local RoPE base on the sliding layer 0 and a
+    # scaled global one on layer 1, a window of 8, a final soft-cap of 5); same tokenizer.
+    gemma3_dir = out / "gemma3"
+    gemma3_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("tokenizer.model", "tokenizer_config.json"):
+        (gemma3_dir / name).write_bytes((model_dir / name).read_bytes())
+    torch.manual_seed(4)
+    gemma3 = Gemma3TextConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=8,
+                              layer_types=["sliding_attention", "full_attention"], final_logit_softcapping=5.0,
+                              query_pre_attn_scalar=16, max_position_embeddings=512, rms_norm_eps=1e-5,
+                              pad_token_id=0, bos_token_id=1, eos_token_id=2, initializer_range=0.05,
+                              rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0,
+                                                                  "rope_theta": 1e6},
+                                               "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}})
+    Gemma3ForCausalLM(gemma3).save_pretrained(gemma3_dir)
 
     with open(out / "tokens.jsonl", "w") as f:
         for i in range(240):

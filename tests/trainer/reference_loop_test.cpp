@@ -68,5 +68,16 @@ TEST(TrainReferenceLoop, Qwen3EveryStepMatchesTransformersWithTorchAdamW) {
   expect_every_step_matches_reference("qwen3");
 }
 
+// Gemma 2: (1 + w) norms around both blocks, GELU-tanh, soft-capped scores and
+// logits, a sliding window layer, scaled tied embeddings.
+TEST(TrainReferenceLoop, Gemma2EveryStepMatchesTransformersWithTorchAdamW) {
+  expect_every_step_matches_reference("gemma2");
+}
+
+// Gemma 3 text: q/k norms, a RoPE per layer type, a final soft-cap.
+TEST(TrainReferenceLoop, Gemma3EveryStepMatchesTransformersWithTorchAdamW) {
+  expect_every_step_matches_reference("gemma3");
+}
+
 }  // namespace
 }  // namespace fptrain::trainer

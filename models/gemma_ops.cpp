@@ -1,0 +1,33 @@
+#include "models/gemma_ops.h"
+
+namespace fptrain::models {
+
+at::Tensor gemma_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  const at::Tensor x32 = x.to(at::kFloat);
+  const at::Tensor normed = x32 * at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return (normed * (weight.to(at::kFloat) + 1.0)).to(x.scalar_type());
+}
+
+GemmaOps::GemmaOps(std::shared_ptr<const DecoderOps> inner) : inner_(std::move(inner)) {}
+
+at::Tensor GemmaOps::norm(const at::Tensor& x, const at::Tensor& weight, double eps) const {
+  return gemma_rms_norm(x, weight, eps);
+}
+
+AddRmsNormOutput GemmaOps::add_norm(const at::Tensor& residual, const at::Tensor& update, const at::Tensor& weight,
+                                    double eps, double scale) const {
+  at::Tensor sum = residual_add(residual, update, scale);
+  at::Tensor normed = gemma_rms_norm(sum, weight, eps);
+  return {std::move(sum), std::move(normed)};
+}
+
+at::Tensor GemmaOps::gated_activation(const at::Tensor& gate, const at::Tensor& up) const {
+  return at::gelu(gate, "tanh") * up;
+}
+
+at::Tensor GemmaOps::gated_activation_packed(const at::Tensor& gate_up) const {
+  const int64_t half = gate_up.size(-1) / 2;
+  return gated_activation(gate_up.narrow(-1, 0, half), gate_up.narrow(-1, half, half));
+}
+
+}  // namespace fptrain::models
