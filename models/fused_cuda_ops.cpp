@@ -13,6 +13,8 @@ AddRmsNormOutput FusedCudaOps::add_norm(const at::Tensor& residual, const at::Te
 }
 
 RotaryOutput FusedCudaOps::rotary(const at::Tensor& q, const at::Tensor& k, const RotaryTables& tables) const {
+  // The kernel rotates whole heads; partial rotary (Phi-4-mini) takes the ATen path.
+  if (tables.cos.size(-1) != q.size(-1)) return {apply_rotary(q, tables), apply_rotary(k, tables)};
   return fused_rotary(q, k, tables, FusedPath::kCuda);
 }
 

@@ -244,10 +244,21 @@ RopeConfig parse_rope_params(const json& params, const std::string& source, cons
   rope.theta = keys.number("rope_theta", default_theta);
   if (rope.theta <= 0) keys.fail("rope_theta", "must be positive");
 
+  // Partial rotary embeddings (Phi-4-mini): the first int(head_dim x factor)
+  // dimensions of each head rotate, the rest pass; transformers' Phi3 applies
+  // them, its other families would not.
   const double partial = keys.number("partial_rotary_factor", top.number("partial_rotary_factor", 1.0));
   if (partial != 1.0) {
-    if (keys.has("partial_rotary_factor")) keys.fail("partial_rotary_factor", "partial rotary embeddings are not supported");
-    top.fail("partial_rotary_factor", "partial rotary embeddings are not supported");
+    const KeyReader& where_given = keys.has("partial_rotary_factor") ? keys : top;
+    if (family != Family::kPhi3)
+      where_given.fail("partial_rotary_factor", "partial rotary embeddings are supported for Phi3ForCausalLM only");
+    const auto dim = static_cast<int64_t>(static_cast<double>(head_dim) * partial);  // Python's int()
+    if (!(partial > 0 && partial < 1) || dim < 2 || dim % 2 != 0)
+      where_given.fail("partial_rotary_factor", "must be in (0, 1) and give an even number of rotated dimensions "
+                                                "(head_dim " + std::to_string(head_dim) + ")");
+    rope.rotary_dim = dim;
+    rope.partial_rotary_factor = partial;
+    head_dim = dim;  // the frequencies (and LongRoPE's factors) are the rotated part's
   }
 
   const std::string type_key = keys.has("rope_type") ? "rope_type" : "type";
@@ -587,6 +598,10 @@ json rope_to_json(const RopeConfig& r, json& out) {
       rope["attention_factor"] = r.attention_factor;
     }
     out["original_max_position_embeddings"] = r.original_max_position_embeddings;
+  }
+  if (r.partial_rotary_factor != 1.0) {  // Phi3Config reads it from the RoPE dict
+    if (rope.empty()) rope = {{"rope_type", "default"}};
+    rope["partial_rotary_factor"] = r.partial_rotary_factor;
   }
   return rope;
 }

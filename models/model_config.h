@@ -46,6 +46,10 @@ struct RopeConfig {
   std::vector<double> short_factor, long_factor;
   double attention_factor = 1.0;
   bool factors_given = false;  // longrope: factor and attention_factor were in the file (else derived)
+  // Dimensions of each head that rotate: int(head_dim x partial_rotary_factor)
+  // (Phi-4-mini); 0: all.
+  int64_t rotary_dim = 0;
+  double partial_rotary_factor = 1.0;
 };
 
 struct ModelConfig {

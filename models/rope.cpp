@@ -44,6 +44,7 @@ at::Tensor longrope_inv_freq(const RopeConfig& rope, int64_t head_dim, bool long
 }  // namespace
 
 at::Tensor rope_inv_freq(const RopeConfig& rope, int64_t head_dim, bool long_context) {
+  if (rope.rotary_dim > 0) head_dim = rope.rotary_dim;  // partial: the rotated dimensions' frequencies
   if (head_dim <= 0 || head_dim % 2 != 0) {
     throw std::invalid_argument("rope: head_dim must be positive and even; got " + std::to_string(head_dim));
   }
@@ -65,6 +66,11 @@ RotaryTables rotary_tables(const at::Tensor& inv_freq, const at::Tensor& positio
 }
 
 at::Tensor apply_rotary(const at::Tensor& x, const RotaryTables& tables) {
+  const int64_t rotary = tables.cos.size(-1);
+  if (rotary < x.size(-1)) {  // partial: rotate the first dimensions, pass the rest (transformers' Phi3)
+    const at::Tensor passed = x.narrow(-1, rotary, x.size(-1) - rotary);
+    return at::cat({apply_rotary(x.narrow(-1, 0, rotary), tables), passed}, -1);
+  }
   const int64_t half = x.size(-1) / 2;
   const at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
   return x * tables.cos + rotated * tables.sin;

@@ -26,7 +26,8 @@ struct RotaryTables {
 RotaryTables rotary_tables(const at::Tensor& inv_freq, const at::Tensor& position_ids,
                            at::ScalarType dtype, double scale = 1.0);
 
-// x [T, heads, head_dim] -> x * cos + rotate_half(x) * sin.
+// x [T, heads, head_dim] -> x * cos + rotate_half(x) * sin. Tables narrower than
+// head_dim (partial rotary) rotate the first dimensions and pass the rest.
 at::Tensor apply_rotary(const at::Tensor& x, const RotaryTables& tables);
 
 }  // namespace fptrain::models

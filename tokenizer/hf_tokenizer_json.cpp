@@ -19,13 +19,14 @@ namespace {
 
 // transformers 5 keeps tokenizer.json's pipeline for these classes and
 // rebuilds it (from vocab, merges and post_processor only) for the others.
-enum class TransformersClass { kFileAsIs, kLlama, kGpt2, kQwen2 };
+enum class TransformersClass { kFileAsIs, kLlama, kGpt2, kQwen2, kGemma };
 
 TransformersClass classify(const std::optional<std::string>& cls, const std::string& file) {
   if (!cls || *cls == "PreTrainedTokenizerFast" || *cls == "TokenizersBackend") return TransformersClass::kFileAsIs;
   if (*cls == "LlamaTokenizer" || *cls == "LlamaTokenizerFast") return TransformersClass::kLlama;
   if (*cls == "GPT2Tokenizer" || *cls == "GPT2TokenizerFast") return TransformersClass::kGpt2;
   if (*cls == "Qwen2Tokenizer" || *cls == "Qwen2TokenizerFast") return TransformersClass::kQwen2;
+  if (*cls == "GemmaTokenizer" || *cls == "GemmaTokenizerFast") return TransformersClass::kGemma;
   spdlog::warn("{}: tokenizer_class '{}' is tokenized as tokenizer.json describes; transformers' class may differ",
                file, common::cut_text(*cls));
   return TransformersClass::kFileAsIs;
@@ -99,6 +100,25 @@ BpeSpec read_bpe(const JsonNode& model, int64_t id_limit) {
   return spec;
 }
 
+// GemmaTokenizer.__init__: byte-fallback BPE fusing unknowns, spaces replaced
+// by U+2581 (no prefix space), a split on spaces that the replacement leaves
+// nothing to split, and the decoder back.
+void use_gemma_pipeline(BpeSpec& bpe, TokenizerParts& parts, const TokenizerConfig& config, const std::string& file) {
+  bpe.options = BpeOptions{config.unk_token ? config.unk_token->content : std::string("<unk>"), true, true, false};
+  const std::string metaspace = "\xE2\x96\x81";
+  const nlohmann::json normalizer = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", metaspace}};
+  const nlohmann::json pre = {
+      {"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "MergedWithPrevious"}, {"invert", false}};
+  const nlohmann::json decoder = {
+      {"type", "Sequence"},
+      {"decoders",
+       {{{"type", "Replace"}, {"pattern", {{"String", metaspace}}}, {"content", " "}}, {{"type", "ByteFallback"}},
+        {{"type", "Fuse"}}}}};
+  parts.normalizer = make_normalizer(JsonNode(normalizer, file, "(GemmaTokenizer normalizer)"));
+  parts.pre_tokenizer = make_pre_tokenizer(JsonNode(pre, file, "(GemmaTokenizer pre_tokenizer)"));
+  parts.decoder = make_decoder(JsonNode(decoder, file, "(GemmaTokenizer decoder)"));
+}
+
 }  // namespace
 
 std::unique_ptr<Tokenizer> load_hf_tokenizer_json(const std::filesystem::path& path, const TokenizerConfig& config) {
@@ -133,6 +153,9 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer_json(const std::filesystem::path& p
       parts.decoder = make_decoder(JsonNode(decoder, file, "(GPT2Tokenizer decoder)"));
       break;
     }
+    case TransformersClass::kGemma:
+      use_gemma_pipeline(bpe, parts, config, file);
+      break;
     case TransformersClass::kQwen2: {
       // Qwen2Tokenizer.__init__: plain BPE, NFC, Qwen's split regex, then ByteLevel without its regex.
       bpe.options = BpeOptions{};

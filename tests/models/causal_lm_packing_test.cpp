@@ -62,7 +62,9 @@ TEST_P(Packing, BoundariesAreHonoured) {
   EXPECT_GT(rel_err(model.logits(p.input), g.pack_logits()), 1e-2);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, Packing, ::testing::Values("llama", "mistral", "granite", "qwen2", "qwen3", "phi3", "phi3_longrope", "gemma2", "gemma3"),
+INSTANTIATE_TEST_SUITE_P(Families, Packing,
+                         ::testing::Values("llama", "mistral", "granite", "qwen2", "qwen3", "phi3", "phi3_longrope",
+                                           "phi3_partial", "gemma2", "gemma3"),
                          [](const auto& info) { return info.param; });
 
 TEST(SlidingWindow, IsInEffectInTheMistralFixture) {

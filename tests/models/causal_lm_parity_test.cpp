@@ -141,7 +141,9 @@ TEST_P(DecoderParity, PackOrderDoesNotMatter) {
   for (const auto& [name, g] : a.grads) EXPECT_LE(rel_err(g, b.grads.at(name)), kTolerance) << name;
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, DecoderParity, ::testing::Values("llama", "mistral", "granite", "qwen2", "qwen3", "phi3", "phi3_longrope", "gemma2", "gemma3"),
+INSTANTIATE_TEST_SUITE_P(Families, DecoderParity,
+                         ::testing::Values("llama", "mistral", "granite", "qwen2", "qwen3", "phi3", "phi3_longrope",
+                                           "phi3_partial", "gemma2", "gemma3"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -77,6 +77,12 @@ MODELS = {
         rope_parameters=dict(rope_type="longrope", rope_theta=10000.0,
                              short_factor=[1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.1, 3.8],
                              long_factor=[1.0, 1.5, 2.5, 4.0, 6.0, 9.0, 13.0, 18.0])), None),
+    # Phi-4-mini's partial rotary embeddings: the first 12 of 16 dimensions of each head
+    # rotate (partial_rotary_factor 0.75), the rest pass; GQA 4/2, a window of 6.
+    "phi3_partial": (Phi3Config, Phi3ForCausalLM, dict(
+        COMMON, num_attention_heads=4, num_key_value_heads=2, sliding_window=6, pad_token_id=0, bos_token_id=1,
+        eos_token_id=2, rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.75)),
+        None),
     # Gemma 2 with caps that bite (scores 1.5, logits 3.0), query_pre_attn_scalar 20,
     # GQA 4/2, head_dim 24 != hidden / heads, q/k/v/o biases, three layers with the
     # default layer_types (sliding, full, sliding) and a window of 4, tied embeddings.

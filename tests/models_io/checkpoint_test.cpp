@@ -75,7 +75,7 @@ TEST_P(LoadFromTransformers, ConvertsToBf16OnLoad) {
 
 INSTANTIATE_TEST_SUITE_P(Models, LoadFromTransformers,
                          ::testing::Values("llama", "llama_linear", "mistral", "mistral_nowindow", "granite", "qwen2",
-                                           "qwen3", "phi3", "gemma2", "gemma3"));
+                                           "qwen3", "phi3", "phi4_mini", "gemma2", "gemma3"));
 
 TEST(LoadPretrained, ShardedCheckpointsEqualTransformersWeights) {
   for (const std::string name : {"llama", "granite"}) {
@@ -275,7 +275,7 @@ TEST(SavePretrained, TiedModelLoadsInTransformersWithIdenticalLogits) {
 
 TEST(SavePretrained, QwenPhi3AndGemma2ModelsLoadInTransformersWithIdenticalLogits) {
   // qwen2 and gemma2 tied; phi3 fused weights and LongRoPE; gemma2 soft-caps and sandwich norms
-  for (const std::string name : {"qwen2", "qwen3", "phi3", "gemma2", "gemma3"}) {
+  for (const std::string name : {"qwen2", "qwen3", "phi3", "phi4_mini", "gemma2", "gemma3"}) {
     SCOPED_TRACE(name);
     ScratchDir dir("save");
     const ModelConfig c = config_of(name);

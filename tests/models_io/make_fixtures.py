@@ -61,6 +61,13 @@ MODELS = {
         max_position_embeddings=512, original_max_position_embeddings=64,
         rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
                          "short_factor": [1.0, 1.2, 1.5, 2.0], "long_factor": [1.0, 2.0, 4.0, 8.0]}),
+    # Phi-4-mini: LongRoPE on the rotated 3/4 of each head (partial_rotary_factor 0.75:
+    # 6 of 8 dimensions, 3 factors each), GQA, untied
+    "phi4_mini": lambda: Phi3Config(
+        **TINY, num_attention_heads=4, num_key_value_heads=2, pad_token_id=3, max_position_embeddings=512,
+        original_max_position_embeddings=64,
+        rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
+                         "short_factor": [1.0, 1.2, 1.5], "long_factor": [1.0, 2.0, 4.0]}),
     # (1 + w) norms around both blocks, the default soft-caps (50, 30), query_pre_attn_scalar 16
     # with head_dim 12, a window of 5 on the default layer_types (sliding, full), tied
     "gemma2": lambda: Gemma2Config(

@@ -133,7 +133,7 @@ TEST_P(ConfigFromTransformers, RopeFrequenciesMatchTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Models, ConfigFromTransformers,
                          ::testing::Values("llama", "llama_linear", "mistral", "mistral_nowindow", "granite", "qwen2",
-                                           "qwen3", "phi3", "gemma2", "gemma3"));
+                                           "qwen3", "phi3", "phi4_mini", "gemma2", "gemma3"));
 
 class ConfigDefaults : public ::testing::TestWithParam<std::string> {};
 

@@ -348,6 +348,47 @@ def make_byte_fallback(out):
     return names
 
 
+def make_gemma(out):
+    """Gemma 2 / 3's tokenizer as tokenizer.json describes it (byte-fallback BPE fusing
+    unknowns, spaces replaced by U+2581, no prefix space, <bos> added by the post-processor),
+    with the ids and turn markers of the real one; transformers' GemmaTokenizer rebuilds that
+    pipeline from vocab and merges whatever the file's normalizer and pre-tokenizer say."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<start_of_turn>", "<end_of_turn>"]
+    byte_tokens = [f"<0x{b:02X}>" for b in range(256)]
+    tok = Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=True, byte_fallback=True))
+    tok.normalizer = normalizers.Replace(" ", "\u2581")
+    tok.pre_tokenizer = pre_tokenizers.Split(" ", behavior="merged_with_previous")
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
+    trainer = trainers.BpeTrainer(vocab_size=2500, special_tokens=specials + byte_tokens, show_progress=False)
+    tok.train_from_iterator(training_corpus(), trainer)
+    tok.post_processor = processors.TemplateProcessing(
+        single="<bos> $A", pair="<bos> $A <bos> $B:1", special_tokens=[("<bos>", tok.token_to_id("<bos>"))])
+    config = {"tokenizer_class": "GemmaTokenizer", "bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>",
+              "unk_token": "<unk>", "add_bos_token": True, "add_eos_token": False,
+              "added_tokens_decoder": {str(tok.token_to_id(t)): {
+                  "content": t, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
+                  "special": True} for t in specials}}
+    lines = test_corpus(["<bos>", "<start_of_turn>", "<end_of_turn>", "<eos>"]) + NFC_LINES
+
+    def other_pipeline(data):  # NFKC and a whitespace split in the file: the class ignores them
+        data["normalizer"] = {"type": "NFKC"}
+        data["pre_tokenizer"] = {"type": "Whitespace"}
+
+    names = []
+    for name, edit in (("bpe_gemma", None), ("bpe_gemma_class_rebuilds", other_pipeline)):
+        d = os.path.join(out, name)
+        save_tokenizer_json(tok, d, edit)
+        write_config(d, config)
+        record = golden(d, lines)
+        assert record["tokenizer_class"] == "GemmaTokenizer", record["tokenizer_class"]
+        if edit is None:
+            check_raw_file_matches(d, record)
+        names.append(name)
+    return names
+
+
 def make_component_zoo(out):
     """Less common components and flags, each combination trained into a small BPE:
     Split behaviors and invert, Digits, Punctuation, Whitespace(Split), Metaspace split,
@@ -435,7 +476,7 @@ def main():
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     names = make_sentencepiece(args.out) + make_byte_level(args.out) + make_byte_fallback(args.out)
-    names += make_component_zoo(args.out)
+    names += make_gemma(args.out) + make_component_zoo(args.out)
     make_nfc_cases(args.out)
     with open(os.path.join(args.out, "index.json"), "w") as f:
         json.dump({"tokenizers": names}, f, indent=1)

@@ -32,7 +32,7 @@ const char* const kFixtures[] = {
     "spm_llama2",         "spm_legacy_eos",       "spm_unigram",          "bpe_llama3",
     "bpe_llama3_other_merge_form", "bpe_llama3_ignore_merges", "bpe_granite", "bpe_qwen2", "bpe_qwen2_class_rebuilds",
     "bpe_byte_fallback",  "bpe_byte_fallback_metaspace", "bpe_byte_fallback_llama_class",
-    "bpe_byte_fallback_llama_legacy", "bpe_byte_fallback_llama_no_prefix",
+    "bpe_byte_fallback_llama_legacy", "bpe_byte_fallback_llama_no_prefix", "bpe_gemma", "bpe_gemma_class_rebuilds",
     "zoo_metaspace_split", "zoo_split_behaviors", "zoo_whitespace", "zoo_whitespace_split",
 };
 
