@@ -31,6 +31,11 @@ SHAPES = {
                                num_attention_heads=32, num_key_value_heads=8, head_dim=128,
                                max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1000000.0,
                                attention_bias=False, tie_word_embeddings=False)),
+    # Phi-3-mini-4k-instruct (head_dim 96: torch-fa2 on fptrain's side, our kernels take 64 and 128).
+    "phi3-mini": ("phi3", dict(vocab_size=32064, hidden_size=3072, intermediate_size=8192, num_hidden_layers=32,
+                               num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096,
+                               rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=2047,
+                               tie_word_embeddings=False)),
     "tiny": ("llama", dict(vocab_size=2048, hidden_size=128, intermediate_size=352, num_hidden_layers=2,
                            num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=4096,
                            rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False)),
@@ -66,7 +71,7 @@ def random_weights(config):
 def make_random_model(out, tokenizer_from, shape_name, stamp_name=".random-model-shape"):
     """Makes `out` once: a stamp file naming the shape, written last, marks a finished folder."""
     import transformers
-    from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
+    from transformers import LlamaConfig, MistralConfig, Phi3Config, Qwen2Config, Qwen3Config
     transformers.utils.logging.disable_progress_bar()
     stamp = os.path.join(out, stamp_name)
     if os.path.exists(stamp) and open(stamp).read() == shape_name:
@@ -84,6 +89,8 @@ def make_random_model(out, tokenizer_from, shape_name, stamp_name=".random-model
         config = Qwen2Config(**shape, **ids, architectures=["Qwen2ForCausalLM"])
     elif arch == "qwen3":
         config = Qwen3Config(**shape, **ids, architectures=["Qwen3ForCausalLM"])
+    elif arch == "phi3":
+        config = Phi3Config(**shape, **ids, architectures=["Phi3ForCausalLM"])
     else:
         config = LlamaConfig(**shape, **ids, architectures=["LlamaForCausalLM"])
     model = random_weights(config)

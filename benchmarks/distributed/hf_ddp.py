@@ -170,7 +170,7 @@ def main():
     ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches of --batch examples per step")
     ap.add_argument("--liger", action="store_true",
                     help="Liger Kernel's fused RMSNorm, RoPE, SwiGLU and linear + cross-entropy "
-                         "(apply_liger_kernel_to_<model_type>: llama, mistral, qwen2, qwen3)")
+                         "(apply_liger_kernel_to_<model_type>: llama, mistral, qwen2, qwen3, phi3)")
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-shuffle", action="store_true",
@@ -232,7 +232,8 @@ def main():
     if a.liger:
         import liger_kernel.transformers as liger
         apply = {"llama": liger.apply_liger_kernel_to_llama, "mistral": liger.apply_liger_kernel_to_mistral,
-                 "qwen2": liger.apply_liger_kernel_to_qwen2, "qwen3": liger.apply_liger_kernel_to_qwen3}
+                 "qwen2": liger.apply_liger_kernel_to_qwen2, "qwen3": liger.apply_liger_kernel_to_qwen3,
+                 "phi3": liger.apply_liger_kernel_to_phi3}
         apply[model.config.model_type](rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
                                        fused_linear_cross_entropy=True, model=model)
         attn_label += " + Liger"
