@@ -14,9 +14,7 @@ at::Tensor AtenOps::norm(const at::Tensor& x, const at::Tensor& weight, double e
 
 AddRmsNormOutput AtenOps::add_norm(const at::Tensor& residual, const at::Tensor& update, const at::Tensor& weight,
                                    double eps, double scale) const {
-  at::Tensor sum = residual_add(residual, update, scale);
-  at::Tensor normed = norm(sum, weight, eps);
-  return {std::move(sum), std::move(normed)};
+  return add_then_norm(*this, residual, update, weight, eps, scale);
 }
 
 at::Tensor AtenOps::linear(const at::Tensor& x, const Projection& p) const {

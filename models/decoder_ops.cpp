@@ -9,6 +9,13 @@ at::Tensor residual_add(const at::Tensor& residual, const at::Tensor& update, do
   return scale != 1.0 ? residual + update * scale : residual + update;
 }
 
+AddRmsNormOutput add_then_norm(const DecoderOps& ops, const at::Tensor& residual, const at::Tensor& update,
+                               const at::Tensor& weight, double eps, double scale) {
+  at::Tensor sum = residual_add(residual, update, scale);
+  at::Tensor normed = ops.norm(sum, weight, eps);
+  return {std::move(sum), std::move(normed)};
+}
+
 std::shared_ptr<const DecoderOps> make_decoder_ops(const at::Device& device, bool fused, attention::Backend backend,
                                                    std::shared_ptr<GradSinks> sinks) {
   if (fused && fused_cuda_kernels_available(device)) return std::make_shared<FusedCudaOps>(backend, std::move(sinks));

@@ -74,6 +74,10 @@ class DecoderOps : public std::enable_shared_from_this<DecoderOps> {
 // residual + update * scale, written as the model writes it (no multiply when the scale is 1).
 at::Tensor residual_add(const at::Tensor& residual, const at::Tensor& update, double scale);
 
+// add_norm composed of the residual add and `ops`' own norm (the ATen sets' add_norm).
+AddRmsNormOutput add_then_norm(const DecoderOps& ops, const at::Tensor& residual, const at::Tensor& update,
+                               const at::Tensor& weight, double eps, double scale);
+
 // The set a model runs with: fused where the kernels run on `device` and
 // `fused` asks for them, else ATen; `sinks` may be null.
 std::shared_ptr<const DecoderOps> make_decoder_ops(const at::Device& device, bool fused, attention::Backend backend,

@@ -16,9 +16,7 @@ at::Tensor GemmaOps::norm(const at::Tensor& x, const at::Tensor& weight, double 
 
 AddRmsNormOutput GemmaOps::add_norm(const at::Tensor& residual, const at::Tensor& update, const at::Tensor& weight,
                                     double eps, double scale) const {
-  at::Tensor sum = residual_add(residual, update, scale);
-  at::Tensor normed = gemma_rms_norm(sum, weight, eps);
-  return {std::move(sum), std::move(normed)};
+  return add_then_norm(*this, residual, update, weight, eps, scale);
 }
 
 at::Tensor GemmaOps::gated_activation(const at::Tensor& gate, const at::Tensor& up) const {

@@ -42,6 +42,15 @@ def chat_examples(rng, n):
     return out
 
 
+def save_beside(out, name, model_dir, model):
+    """`model` saved as out/name with model_dir's tokenizer (the same for every fixture model)."""
+    folder = out / name
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in ("tokenizer.model", "tokenizer_config.json"):
+        (folder / f).write_bytes((model_dir / f).read_bytes())
+    model.save_pretrained(folder)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -76,51 +85,35 @@ def main():
     LlamaForCausalLM(config).save_pretrained(model_dir)
 
     # head_dim 64 (what our GPU kernels take) for the GPU tests; same tokenizer.
-    wide_dir = out / "llama64"
-    wide_dir.mkdir(parents=True, exist_ok=True)
-    for name in ("tokenizer.model", "tokenizer_config.json"):
-        (wide_dir / name).write_bytes((model_dir / name).read_bytes())
     torch.manual_seed(1)
     wide = LlamaConfig(vocab_size=vocab, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
                        rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
                        bos_token_id=1, eos_token_id=2, initializer_range=0.05)
-    LlamaForCausalLM(wide).save_pretrained(wide_dir)
+    save_beside(out, "llama64", model_dir, LlamaForCausalLM(wide))
 
     # A Qwen3 (q/k norms, q/k/v/o biases, head_dim 16, a window of 8 in layer 0,
     # tied embeddings) for the training loop against transformers; same tokenizer.
-    qwen_dir = out / "qwen3"
-    qwen_dir.mkdir(parents=True, exist_ok=True)
-    for name in ("tokenizer.model", "tokenizer_config.json"):
-        (qwen_dir / name).write_bytes((model_dir / name).read_bytes())
     torch.manual_seed(2)
     qwen = Qwen3Config(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                        num_attention_heads=4, num_key_value_heads=2, head_dim=16, attention_bias=True,
                        use_sliding_window=True, sliding_window=8, layer_types=["sliding_attention", "full_attention"],
                        max_position_embeddings=512, rms_norm_eps=1e-5, tie_word_embeddings=True,
                        bos_token_id=1, eos_token_id=2, initializer_range=0.05)
-    Qwen3ForCausalLM(qwen).save_pretrained(qwen_dir)
+    save_beside(out, "qwen3", model_dir, Qwen3ForCausalLM(qwen))
 
     # A Gemma 2 (soft-caps that bite, sandwich norms, a window of 8 in layer 0,
     # query_pre_attn_scalar 24, tied) for the training loop; same tokenizer.
-    gemma_dir = out / "gemma2"
-    gemma_dir.mkdir(parents=True, exist_ok=True)
-    for name in ("tokenizer.model", "tokenizer_config.json"):
-        (gemma_dir / name).write_bytes((model_dir / name).read_bytes())
     torch.manual_seed(3)
     gemma = Gemma2Config(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=8,
                          attn_logit_softcapping=2.0, final_logit_softcapping=5.0, query_pre_attn_scalar=24,
                          max_position_embeddings=512, rms_norm_eps=1e-5, pad_token_id=0,
                          bos_token_id=1, eos_token_id=2, initializer_range=0.05)
-    Gemma2ForCausalLM(gemma).save_pretrained(gemma_dir)
+    save_beside(out, "gemma2", model_dir, Gemma2ForCausalLM(gemma))
 
     # A Gemma 3 text model (q/k norms, a local RoPE base on the sliding layer 0 and a
     # scaled global one on layer 1, a window of 8, a final soft-cap of 5); same tokenizer.
-    gemma3_dir = out / "gemma3"
-    gemma3_dir.mkdir(parents=True, exist_ok=True)
-    for name in ("tokenizer.model", "tokenizer_config.json"):
-        (gemma3_dir / name).write_bytes((model_dir / name).read_bytes())
     torch.manual_seed(4)
     gemma3 = Gemma3TextConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                               num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=8,
@@ -130,7 +123,7 @@ def main():
                               rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0,
                                                                   "rope_theta": 1e6},
                                                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}})
-    Gemma3ForCausalLM(gemma3).save_pretrained(gemma3_dir)
+    save_beside(out, "gemma3", model_dir, Gemma3ForCausalLM(gemma3))
 
     with open(out / "tokens.jsonl", "w") as f:
         for i in range(240):
