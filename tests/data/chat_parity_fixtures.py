@@ -13,8 +13,8 @@ The templates:
             versions (v1 ... v15, SentencePiece and Tekken flavours) - the
             templates transformers attaches to Mistral tokenizers it converts;
   fam_*     tests/jinja/chat_templates.py's templates in each family's style
-            (Llama 3.1, Qwen 2.5, Qwen 3, Mistral v3, Gemma, Phi-3, Granite 3,
-            Zephyr, generation-block ones);
+            (Llama 3.1, Qwen 2.5, Qwen 3, Mistral v3, Gemma, Gemma 3, Phi-3,
+            Granite 3, Zephyr, generation-block ones);
   shipped_* data/chat_templates/*.jinja (also run with the named option);
   named_tool_use
             a tokenizer with a "default" and a "tool_use" template.
@@ -239,6 +239,8 @@ def family_specs():
         _spec("fam_qwen3_style", t["qwen3_style"], both, chatml, None, "<|im_end|>", qwen_plain, origin=o),
         _spec("fam_mistral_v3", t["mistral_v3"], both, mistral, "<s>", "</s>", origin=o),
         _spec("fam_gemma", t["gemma"], both, ["<start_of_turn>", "<end_of_turn>"], "<bos>", "<eos>", origin=o),
+        _spec("fam_gemma3", t["gemma3"], both, ["<start_of_turn>", "<end_of_turn>", "<start_of_image>"], "<bos>",
+              "<eos>", origin=o),
         _spec("fam_phi3", t["phi3"], both, ["<|system|>", "<|user|>", "<|assistant|>", "<|end|>"], "<s>",
               "<|endoftext|>", origin=o),
         _spec("fam_granite3", t["granite3"], both, granite, "<|end_of_text|>", "<|end_of_text|>", origin=o),

@@ -287,7 +287,7 @@ TEST(ChatParity, MistralCommonTemplates) {
 TEST(ChatParity, FamilyTemplates) {
   const Tally t = check_suites(
       [](const json& s) { return starts_with(s, "fam_") || starts_with(s, "named_"); }, false);
-  EXPECT_EQ(t.suites, 21);  // 10 templates x 2 tokenizers, and default + tool_use
+  EXPECT_EQ(t.suites, 23);  // 11 templates x 2 tokenizers, and default + tool_use
   EXPECT_GE(t.cases, 800);
   EXPECT_GE(t.rejected, 50);
   EXPECT_GE(t.masks, 150);

@@ -4,7 +4,8 @@ The templates are written for this test in the style of the public chat
 templates of each family (Llama 3.1 with tools and a date header, ChatML /
 Qwen 2.5 with tool calls, a Qwen 3 style reasoning template, Mistral v3 with
 tools and role checks, Gemma, Phi-3, Granite 3 with documents, Zephyr with
-indented blocks) plus ones marking assistant turns with {% generation %}.
+indented blocks), Gemma 3's own (the vendor's text), plus ones marking
+assistant turns with {% generation %}.
 make_fixtures.py adds the templates it finds in the installed transformers
 sources and in tests/data/make_fixtures.py.
 """
@@ -325,6 +326,50 @@ MISTRAL_V3 = """{%- if messages[0]["role"] == "system" %}
 
 GEMMA = """{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\\n'}}{% endif %}"""
 
+# Gemma 3 (google/gemma-3-*-it tokenizer_config.json): a system message becomes the first
+# user turn's prefix; content may be a string or a list of text and image parts.
+GEMMA3 = """{{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- if messages[0]['content'] is string -%}
+        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}
+    {%- else -%}
+        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}
+    {%- endif -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
+    {%- endif -%}
+    {%- if (message['role'] == 'assistant') -%}
+        {%- set role = "model" -%}
+    {%- else -%}
+        {%- set role = message['role'] -%}
+    {%- endif -%}
+    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] | trim }}
+    {%- elif message['content'] is iterable -%}
+        {%- for item in message['content'] -%}
+            {%- if item['type'] == 'image' -%}
+                {{ '<start_of_image>' }}
+            {%- elif item['type'] == 'text' -%}
+                {{ item['text'] | trim }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- else -%}
+        {{ raise_exception("Invalid content type") }}
+    {%- endif -%}
+    {{ '<end_of_turn>\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{'<start_of_turn>model\n'}}
+{%- endif -%}
+"""
+
 PHI3 = """{% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\\n' + message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\\n' + message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'assistant' %}{{'<|assistant|>\\n' + message['content'] + '<|end|>\\n'}}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif %}"""
 
 GRANITE3 = """{%- if messages[0]['role'] == 'system' %}
@@ -414,6 +459,7 @@ TEMPLATES = {
     "qwen3_style": QWEN3_STYLE,
     "mistral_v3": MISTRAL_V3,
     "gemma": GEMMA,
+    "gemma3": GEMMA3,
     "phi3": PHI3,
     "granite3": GRANITE3,
     "zephyr_indented": ZEPHYR_INDENTED,
