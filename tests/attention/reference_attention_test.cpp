@@ -1,7 +1,7 @@
 // The reference backend against a naive computation written independently:
 // one query row at a time, only over the keys that row may see (no masks), in
-// fp64. Covers causal, sliding windows, GQA, 1-token and empty sequences, and
-// gradients.
+// fp64. Covers causal, sliding windows, GQA, 1-token and empty sequences,
+// soft-capped scores (Gemma 2), and gradients.
 #include "attention/varlen_attention.h"
 
 #include <gtest/gtest.h>
@@ -19,6 +19,7 @@ struct Case {
   int64_t q_heads, kv_heads, head_dim;
   int64_t window;  // 0 = full causal
   double scale;
+  double softcap = 0.0;  // > 0: scores become softcap * tanh(scores / softcap)
 };
 
 at::Tensor cu_seqlens_of(const std::vector<int32_t>& lengths) {
@@ -31,7 +32,7 @@ void PrintTo(const Case& c, std::ostream* os) {
   *os << "lengths {";
   for (int32_t len : c.lengths) *os << len << ",";
   *os << "} heads " << c.q_heads << "/" << c.kv_heads << " head_dim " << c.head_dim << " window "
-      << c.window << " scale " << c.scale;
+      << c.window << " scale " << c.scale << " softcap " << c.softcap;
 }
 
 int64_t max_of(const std::vector<int32_t>& lengths) {
@@ -41,7 +42,7 @@ int64_t max_of(const std::vector<int32_t>& lengths) {
 // Row by row: query i of a sequence starting at `start` sees keys
 // max(start, i - window + 1) .. i of kv head h / n_rep.
 at::Tensor naive_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                           const std::vector<int32_t>& lengths, int64_t window, double scale) {
+                           const std::vector<int32_t>& lengths, int64_t window, double scale, double softcap = 0.0) {
   const int64_t n_rep = q.size(1) / k.size(1);
   std::vector<at::Tensor> rows;
   int64_t start = 0;
@@ -52,7 +53,8 @@ at::Tensor naive_attention(const at::Tensor& q, const at::Tensor& k, const at::T
       for (int64_t h = 0; h < q.size(1); ++h) {
         const at::Tensor keys = k.slice(0, first, i + 1).select(1, h / n_rep);    // [n, D]
         const at::Tensor values = v.slice(0, first, i + 1).select(1, h / n_rep);  // [n, D]
-        const at::Tensor s = at::mv(keys, q[i][h]) * scale;                       // [n]
+        at::Tensor s = at::mv(keys, q[i][h]) * scale;                             // [n]
+        if (softcap > 0) s = softcap * at::tanh(s / softcap);
         heads.push_back(at::mv(values.t(), at::softmax(s, 0)));                   // [D]
       }
       rows.push_back(at::stack(heads, 0));
@@ -85,11 +87,12 @@ TEST_P(ReferenceVsNaive, OutputsAndGradientsMatchInFp64) {
   spec.max_seqlen = max_of(c.lengths);
   spec.window = c.window;
   spec.softmax_scale = c.scale;
+  spec.softcap = c.softcap;
 
   auto run = [&](bool naive) {
     at::Tensor q = q0.clone().requires_grad_(true), k = k0.clone().requires_grad_(true),
                v = v0.clone().requires_grad_(true);
-    at::Tensor out = naive ? naive_attention(q, k, v, c.lengths, c.window, c.scale)
+    at::Tensor out = naive ? naive_attention(q, k, v, c.lengths, c.window, c.scale, c.softcap)
                            : varlen_attention(q, k, v, spec, Backend::kReference);
     (out * upstream).sum().backward();
     return std::vector<at::Tensor>{out.detach(), q.grad(), k.grad(), v.grad()};
@@ -109,7 +112,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{{5, 1, 9, 3, 6}, 4, 1, 16, 3, 0.25},   // sliding window, MQA
                       Case{{4, 0, 6, 0, 2}, 6, 3, 8, 4, 0.5},     // empty sequences in the pack
                       Case{{12, 2}, 2, 2, 4, 1, 1.0},             // window 1: each token sees itself
-                      Case{{10, 11}, 4, 2, 8, 64, 0.125}));       // window longer than every sequence
+                      Case{{10, 11}, 4, 2, 8, 64, 0.125},         // window longer than every sequence
+                      Case{{7}, 2, 2, 8, 0, 0.35, 0.8},           // soft-capped scores (a cap that bites)
+                      Case{{5, 1, 9, 3, 6}, 4, 2, 8, 3, 0.25, 1.5}));  // soft-cap with a window and GQA
 
 TEST(ReferenceAttention, Fp32MatchesFp64AndStaysFp32) {
   at::manual_seed(7);

@@ -127,6 +127,15 @@ TEST(VarlenAttention, TorchFa2NeedsCuda) {
                "torch-fa2 needs CUDA tensors");
 }
 
+// Soft-capped scores (Gemma 2) only the reference computes: the others refuse, naming it.
+TEST(VarlenAttention, OnlyTheReferenceSoftCaps) {
+  Inputs in;
+  in.spec.softcap = 50.0;
+  for (Backend b : {Backend::kTorchFA2, Backend::kHopper})
+    expect_error([&] { varlen_attention(in.q, in.k, in.v, in.spec, b); }, "no logit soft-capping");
+  EXPECT_EQ(varlen_attention(in.q, in.k, in.v, in.spec, Backend::kReference).sizes(), in.q.sizes());
+}
+
 TEST(VarlenAttention, BackendNamesRoundTrip) {
   for (Backend b : {Backend::kReference, Backend::kTorchFA2, Backend::kHopper}) {
     EXPECT_EQ(parse_backend(backend_name(b)), b);

@@ -162,6 +162,22 @@ TEST(TrainCliFaults, AnInvalidValueFixedBySetIsAccepted) {
   EXPECT_DOUBLE_EQ(records[0]["lr"].get<double>(), 1e-4);
 }
 
+// Gemma 2's soft-capped attention runs on the reference backend only: an
+// explicit other backend is refused naming why, and auto trains.
+TEST(TrainCliFaults, GemmaSoftCapsRefuseOtherAttentionBackends) {
+  TempDir dir;
+  const fs::path run = dir / "run";
+  const std::string cfg = dir.write("c.yaml", base_config(run, "tokens.jsonl", "training:\n  max_steps: 1\n"));
+  const std::string gemma = "model.path=" + fixture("gemma2").string();
+  CommandResult r = run_fptrain({"train", cfg, "--set", gemma, "--set", "model.attention=torch-fa2"});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_HAS(r.output, "attn_logit_softcapping");
+  r = run_fptrain({"train", cfg, "--set", gemma, "--set", "model.attention=auto"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_HAS(r.output, "Gemma: its RMSNorm");
+  EXPECT_EQ(train_records(run).size(), 1u);
+}
+
 TEST(TrainCliFaults, UnknownKeyFarFromEveryKeySuggestsNothing) {
   TempDir dir;
   const std::string base = base_config(dir / "run", "chat.jsonl", "training:\n  max_steps: 2\n");
