@@ -34,12 +34,6 @@ at::Tensor AtenOps::gated_activation(const at::Tensor& gate, const at::Tensor& u
   return at::silu(gate) * up;
 }
 
-// Phi3MLP: up * silu(gate) on the halves (multiplication commutes exactly).
-at::Tensor AtenOps::gated_activation_packed(const at::Tensor& gate_up) const {
-  const int64_t half = gate_up.size(-1) / 2;
-  return gated_activation(gate_up.narrow(-1, 0, half), gate_up.narrow(-1, half, half));
-}
-
 GradSink* AtenOps::sink(const Projection& p) const { return sinks_ ? sinks_->at(p.slot) : nullptr; }
 
 }  // namespace fptrain::models

@@ -18,7 +18,6 @@ class AtenOps : public DecoderOps {
   at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                        const attention::VarlenSpec& spec) const override;
   at::Tensor gated_activation(const at::Tensor& gate, const at::Tensor& up) const override;
-  at::Tensor gated_activation_packed(const at::Tensor& gate_up) const override;
 
   attention::Backend backend() const override { return backend_; }
   GradSink* sink(const Projection& p) const override;

@@ -9,6 +9,12 @@ at::Tensor residual_add(const at::Tensor& residual, const at::Tensor& update, do
   return scale != 1.0 ? residual + update * scale : residual + update;
 }
 
+// Phi3MLP: up * silu(gate) on the halves (multiplication commutes exactly).
+at::Tensor DecoderOps::gated_activation_packed(const at::Tensor& gate_up) const {
+  const int64_t half = gate_up.size(-1) / 2;
+  return gated_activation(gate_up.narrow(-1, 0, half), gate_up.narrow(-1, half, half));
+}
+
 AddRmsNormOutput add_then_norm(const DecoderOps& ops, const at::Tensor& residual, const at::Tensor& update,
                                const at::Tensor& weight, double eps, double scale) {
   at::Tensor sum = residual_add(residual, update, scale);

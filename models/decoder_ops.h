@@ -42,7 +42,6 @@ struct Projection {
   // Its output feeds only a residual add (o and down, unless a norm comes
   // between, as in Gemma): a recomputation may skip its product.
   bool residual_only = false;
-  bool feeds_residual() const { return residual_only; }
 };
 
 class DecoderOps : public std::enable_shared_from_this<DecoderOps> {
@@ -63,8 +62,9 @@ class DecoderOps : public std::enable_shared_from_this<DecoderOps> {
                                const attention::VarlenSpec& spec) const = 0;
   // The gated MLP activation: silu(gate) * up.
   virtual at::Tensor gated_activation(const at::Tensor& gate, const at::Tensor& up) const = 0;
-  // The same from one [T, 2I] projection whose halves are gate and up (Phi-3).
-  virtual at::Tensor gated_activation_packed(const at::Tensor& gate_up) const = 0;
+  // The same from one [T, 2I] projection whose halves are gate and up (Phi-3):
+  // gated_activation on the halves, unless a set has its own kernel.
+  virtual at::Tensor gated_activation_packed(const at::Tensor& gate_up) const;
 
   // What the base sets share, for decorators.
   virtual attention::Backend backend() const = 0;

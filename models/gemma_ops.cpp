@@ -23,9 +23,4 @@ at::Tensor GemmaOps::gated_activation(const at::Tensor& gate, const at::Tensor& 
   return at::gelu(gate, "tanh") * up;
 }
 
-at::Tensor GemmaOps::gated_activation_packed(const at::Tensor& gate_up) const {
-  const int64_t half = gate_up.size(-1) / 2;
-  return gated_activation(gate_up.narrow(-1, 0, half), gate_up.narrow(-1, half, half));
-}
-
 }  // namespace fptrain::models

@@ -26,7 +26,6 @@ class GemmaOps : public DecoderOps {
     return inner_->attention(q, k, v, spec);
   }
   at::Tensor gated_activation(const at::Tensor& gate, const at::Tensor& up) const override;
-  at::Tensor gated_activation_packed(const at::Tensor& gate_up) const override;
 
   attention::Backend backend() const override { return inner_->backend(); }
   GradSink* sink(const Projection& p) const override { return inner_->sink(p); }

@@ -1,5 +1,7 @@
 #include "optim/adamw.h"
 
+#include "optim/grad_reducer.h"
+
 #include "optim/flat_adamw.h"
 
 #include <ATen/record_function.h>
@@ -75,15 +77,8 @@ void AdamW::reduce_accumulated() {
   c10::NoGradGuard no_grad;
   if (!accum_.defined()) accum_ = at::zeros({flat_->layout().total()}, flat_->weights().options().dtype(at::kFloat));
   accum_active_ = true;
-  for (const FlatBucket& b : flat_->layout().buckets()) {  // as GradReducer cuts them
-    const at::Tensor g = accum_.narrow(0, b.offset, b.size);
-    if (dp_.shard) {
-      const int64_t n = b.size / dp_.comm->world_size();
-      accum_reductions_.push_back(dp_.comm->reduce_scatter_sum(g, g.narrow(0, dp_.comm->rank() * n, n)));
-    } else {
-      accum_reductions_.push_back(dp_.comm->all_reduce_sum(g));
-    }
-  }
+  for (size_t b = 0; b < flat_->layout().buckets().size(); ++b)  // as GradReducer cuts the gradients
+    accum_reductions_.push_back(reduce_bucket(*dp_.comm, flat_->layout(), accum_, b, dp_.shard));
 }
 
 void AdamW::wait_for_accumulated() {

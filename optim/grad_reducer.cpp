@@ -49,15 +49,17 @@ void GradReducer::gradient_ready(size_t index) {
   while (next_ >= 0 && waiting_[next_] == 0) launch(static_cast<size_t>(next_--));
 }
 
+distributed::Pending reduce_bucket(distributed::Communicator& comm, const FlatLayout& layout, const at::Tensor& buffer,
+                                   size_t bucket, bool scatter) {
+  const FlatBucket& b = layout.buckets()[bucket];
+  const at::Tensor g = buffer.narrow(0, b.offset, b.size);
+  if (!scatter) return comm.all_reduce_sum(g);
+  const int64_t n = b.size / comm.world_size();
+  return comm.reduce_scatter_sum(g, g.narrow(0, comm.rank() * n, n));
+}
+
 void GradReducer::launch(size_t bucket) {
-  const FlatBucket& b = flat_.layout().buckets()[bucket];
-  const at::Tensor g = flat_.grads().narrow(0, b.offset, b.size);
-  if (scatter_) {
-    const int64_t n = b.size / comm_.world_size();
-    pending_.push_back(comm_.reduce_scatter_sum(g, g.narrow(0, comm_.rank() * n, n)));
-  } else {
-    pending_.push_back(comm_.all_reduce_sum(g));
-  }
+  pending_.push_back(reduce_bucket(comm_, flat_.layout(), flat_.grads(), bucket, scatter_));
   launched_[bucket] = true;
 }
 

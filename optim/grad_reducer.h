@@ -25,6 +25,13 @@
 
 namespace fptrain::optim {
 
+// Starts the reduction of bucket `bucket` of `buffer` (laid out as `layout`)
+// across ranks, in place: reduce-scattered so that each rank receives the sum of
+// its own slice (`scatter`, ZeRO-2), else all-reduced. The one cut of the
+// buffers the reducer and the optimizer's fp32 sums share.
+distributed::Pending reduce_bucket(distributed::Communicator& comm, const FlatLayout& layout, const at::Tensor& buffer,
+                                   size_t bucket, bool scatter);
+
 class GradReducer {
  public:
   GradReducer(const FlatParameters& flat, distributed::Communicator& comm, bool scatter);

@@ -10,6 +10,7 @@
 #include "common/json_input.h"
 
 #include "tokenizer/bpe_model.h"
+#include "tokenizer/metaspace_words.h"
 #include "tokenizer/special_tokens.h"
 #include "tokenizer/tokenizer_json_util.h"
 #include "tokenizer/tokenizer_pipeline.h"
@@ -105,18 +106,13 @@ BpeSpec read_bpe(const JsonNode& model, int64_t id_limit) {
 // nothing to split, and the decoder back.
 void use_gemma_pipeline(BpeSpec& bpe, TokenizerParts& parts, const TokenizerConfig& config, const std::string& file) {
   bpe.options = BpeOptions{config.unk_token ? config.unk_token->content : std::string("<unk>"), true, true, false};
-  const std::string metaspace = "\xE2\x96\x81";
+  const std::string metaspace(kMetaspaceMarker);
   const nlohmann::json normalizer = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", metaspace}};
   const nlohmann::json pre = {
       {"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "MergedWithPrevious"}, {"invert", false}};
-  const nlohmann::json decoder = {
-      {"type", "Sequence"},
-      {"decoders",
-       {{{"type", "Replace"}, {"pattern", {{"String", metaspace}}}, {"content", " "}}, {{"type", "ByteFallback"}},
-        {{"type", "Fuse"}}}}};
   parts.normalizer = make_normalizer(JsonNode(normalizer, file, "(GemmaTokenizer normalizer)"));
   parts.pre_tokenizer = make_pre_tokenizer(JsonNode(pre, file, "(GemmaTokenizer pre_tokenizer)"));
-  parts.decoder = make_decoder(JsonNode(decoder, file, "(GemmaTokenizer decoder)"));
+  parts.decoder = make_metaspace_decoder(/*strip_prefix_space=*/false, file, "(GemmaTokenizer decoder)");
 }
 
 }  // namespace

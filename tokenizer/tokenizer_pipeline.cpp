@@ -19,14 +19,19 @@ void use_llama_metaspace_pipeline(TokenizerParts& parts, const TokenizerConfig& 
   parts.normalizer.reset();
   const nlohmann::json pre = {{"type", "Metaspace"}, {"replacement", metaspace}, {"prepend_scheme", scheme}, {"split", false}};
   parts.pre_tokenizer = make_pre_tokenizer(JsonNode(pre, file, "(LlamaTokenizer pre_tokenizer)"));
+  parts.decoder = make_metaspace_decoder(add_prefix_space, file, "(LlamaTokenizer decoder)");
+}
+
+std::unique_ptr<Decoder> make_metaspace_decoder(bool strip_prefix_space, const std::string& file, const char* who) {
+  const std::string metaspace(kMetaspaceMarker);
   nlohmann::json decoders = nlohmann::json::array({
       {{"type", "Replace"}, {"pattern", {{"String", metaspace}}}, {"content", " "}},
       {{"type", "ByteFallback"}},
       {{"type", "Fuse"}},
   });
-  if (add_prefix_space) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+  if (strip_prefix_space) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
   const nlohmann::json decoder = {{"type", "Sequence"}, {"decoders", decoders}};
-  parts.decoder = make_decoder(JsonNode(decoder, file, "(LlamaTokenizer decoder)"));
+  return make_decoder(JsonNode(decoder, file, who));
 }
 
 PipelineTokenizer::PipelineTokenizer(TokenizerParts parts) : parts_(std::move(parts)) {

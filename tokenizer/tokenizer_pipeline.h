@@ -38,6 +38,12 @@ struct TokenizerConfig;
 // legacy (default false), no normalizer, and the matching decoder chain.
 void use_llama_metaspace_pipeline(TokenizerParts& parts, const TokenizerConfig& config, const std::string& file);
 
+// The decoder of byte-fallback tokenizers that mark spaces with U+2581
+// (LlamaTokenizer, GemmaTokenizer): back to spaces, bytes, fused; with
+// `strip_prefix_space` the space a prefix-space pre-tokenizer added goes too.
+// `who` names it in errors.
+std::unique_ptr<Decoder> make_metaspace_decoder(bool strip_prefix_space, const std::string& file, const char* who);
+
 class PipelineTokenizer final : public Tokenizer {
  public:
   explicit PipelineTokenizer(TokenizerParts parts);

@@ -69,7 +69,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-
 // One run per output_dir at a time: an advisory lock held while the run lives.
 class OutputDirLock {
  public:
