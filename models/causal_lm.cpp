@@ -93,7 +93,7 @@ CausalLM::CausalLM(ModelConfig config, TensorMap parameters, attention::Backend 
     // o and down feed the residual stream directly, except through Gemma's post-norms.
     const bool residual_only = (role == ProjectionRole::kO || role == ProjectionRole::kDown) && !config_.gemma;
     projections_.push_back(Projection{&weight(prefix + ".weight"), optional(prefix + ".bias", bias),
-                                      static_cast<int64_t>(projections_.size()), role, residual_only});
+                                      static_cast<int64_t>(projections_.size()), role, residual_only, prefix});
     return projections_.back();
   };
   using R = ProjectionRole;

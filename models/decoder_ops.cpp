@@ -9,6 +9,25 @@ at::Tensor residual_add(const at::Tensor& residual, const at::Tensor& update, do
   return scale != 1.0 ? residual + update * scale : residual + update;
 }
 
+const char* projection_module_name(ProjectionRole role) {
+  switch (role) {
+    case ProjectionRole::kQ: return "q_proj";
+    case ProjectionRole::kK: return "k_proj";
+    case ProjectionRole::kV: return "v_proj";
+    case ProjectionRole::kQkv: return "qkv_proj";
+    case ProjectionRole::kO: return "o_proj";
+    case ProjectionRole::kGate: return "gate_proj";
+    case ProjectionRole::kUp: return "up_proj";
+    case ProjectionRole::kGateUp: return "gate_up_proj";
+    case ProjectionRole::kDown: return "down_proj";
+  }
+  return "?";
+}
+
+at::Tensor DecoderOps::replayed_linear(const at::Tensor& x, const Projection& p) const {
+  return replayed_sink_linear(x, *p.weight, p.bias ? *p.bias : at::Tensor(), sink(p));
+}
+
 // Phi3MLP: up * silu(gate) on the halves (multiplication commutes exactly).
 at::Tensor DecoderOps::gated_activation_packed(const at::Tensor& gate_up) const {
   const int64_t half = gate_up.size(-1) / 2;

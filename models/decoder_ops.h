@@ -9,6 +9,8 @@
 //                   (models/recompute_ops.h)
 //   GemmaOps        a decorator with Gemma's RMSNorm ((1 + w) in fp32) and
 //                   GELU-tanh gating over any set (models/gemma_ops.h)
+//   LoraOps         a decorator adding low-rank adapters to the projections
+//                   (models/lora_ops.h)
 //
 // Either base set sends the projections' weight gradients to the trainer's
 // flat buffer when given GradSinks (models/grad_sinks.h).
@@ -23,6 +25,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 namespace fptrain::models {
 
@@ -30,6 +33,9 @@ class GradSinks;
 
 // What a decoder layer's projection computes (kQkv and kGateUp: Phi-3's fused weights).
 enum class ProjectionRole : uint8_t { kQ, kK, kV, kQkv, kO, kGate, kUp, kGateUp, kDown };
+
+// The module name transformers gives a projection of this role ("q_proj").
+const char* projection_module_name(ProjectionRole role);
 
 // One linear projection: its weight, optional bias (null when absent), its
 // role, and its slot (its index among the model's projections) for
@@ -42,6 +48,8 @@ struct Projection {
   // Its output feeds only a residual add (o and down, unless a norm comes
   // between, as in Gemma): a recomputation may skip its product.
   bool residual_only = false;
+  // Its module's full name ("model.layers.3.self_attn.q_proj"): adapters and messages.
+  std::string module;
 };
 
 class DecoderOps : public std::enable_shared_from_this<DecoderOps> {
@@ -55,6 +63,11 @@ class DecoderOps : public std::enable_shared_from_this<DecoderOps> {
                                     double eps, double scale) const = 0;
   // x [T, in] @ weight^T (+ bias).
   virtual at::Tensor linear(const at::Tensor& x, const Projection& p) const = 0;
+  // The same projection in an activation checkpoint's recomputation where its
+  // output feeds only the block's output (p.residual_only): the backward needs
+  // the input, never the product (replayed_sink_linear). Decorators that add
+  // to a projection forward it to their inner set and add their own part.
+  virtual at::Tensor replayed_linear(const at::Tensor& x, const Projection& p) const;
   // RoPE on q [T, Hq, D] and k [T, Hk, D].
   virtual RotaryOutput rotary(const at::Tensor& q, const at::Tensor& k, const RotaryTables& tables) const = 0;
   // Varlen attention over the packed examples: [T, Hq, D].

@@ -18,6 +18,9 @@ class GemmaOps : public DecoderOps {
   AddRmsNormOutput add_norm(const at::Tensor& residual, const at::Tensor& update, const at::Tensor& weight,
                             double eps, double scale) const override;
   at::Tensor linear(const at::Tensor& x, const Projection& p) const override { return inner_->linear(x, p); }
+  at::Tensor replayed_linear(const at::Tensor& x, const Projection& p) const override {
+    return inner_->replayed_linear(x, p);
+  }
   RotaryOutput rotary(const at::Tensor& q, const at::Tensor& k, const RotaryTables& tables) const override {
     return inner_->rotary(q, k, tables);
   }

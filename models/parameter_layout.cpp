@@ -12,6 +12,17 @@ int64_t ParameterInfo::numel() const {
 
 std::string layer_prefix(int64_t layer) { return "model.layers." + std::to_string(layer) + "."; }
 
+int64_t layer_of_name(const std::string& name) {
+  const std::string key = "model.layers.";
+  for (size_t at = name.find(key); at != std::string::npos; at = name.find(key, at + 1)) {
+    if (at > 0 && name[at - 1] != '.') continue;
+    size_t i = at + key.size(), end = i;
+    while (end < name.size() && name[end] >= '0' && name[end] <= '9') ++end;
+    if (end > i && end < name.size() && name[end] == '.') return std::stoll(name.substr(i, end - i));
+  }
+  return -1;
+}
+
 std::vector<ParameterInfo> parameter_layout(const ModelConfig& c) {
   const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
   const int64_t q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;

@@ -30,6 +30,9 @@ std::vector<std::string> parameter_names_in_model_order(const ModelConfig& confi
 
 // "model.layers.<layer>." — the prefix of a decoder layer's parameter names.
 std::string layer_prefix(int64_t layer);
+// The decoder layer a name belongs to (it holds "model.layers.<layer>."; adapter names
+// too), -1 for the others.
+int64_t layer_of_name(const std::string& name);
 
 // Tensors transformers may store in a checkpoint that are not parameters
 // (rotary inv_freq buffers; lm_head.weight when the embeddings are tied).

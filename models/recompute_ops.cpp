@@ -40,8 +40,7 @@ AddRmsNormOutput RecomputeOps::add_norm(const at::Tensor& residual, const at::Te
 }
 
 at::Tensor RecomputeOps::linear(const at::Tensor& x, const Projection& p) const {
-  if (pass_ == Pass::kReplay && p.residual_only)
-    return replayed_sink_linear(x, *p.weight, p.bias ? *p.bias : at::Tensor(), inner_->sink(p));
+  if (pass_ == Pass::kReplay && p.residual_only) return inner_->replayed_linear(x, p);
   return inner_->linear(x, p);
 }
 

@@ -16,6 +16,11 @@ i.e. the sum over supervised tokens) and the gradient of every parameter.
       rope.inv_freq                                   fp32 [head_dim / 2]
       pack.position_ids, pack.logits, pack.loss_sum, pack.grad.<parameter name>
           all examples concatenated in one row, positions restarting at 0
+  <out>/<name>-lora/            a PEFT LoRA adapter of that checkpoint (LORA_CASES), saved by
+                                PeftModel.save_pretrained, its A and B random (B is zero at init)
+  <out>/<name>-lora-golden.safetensors
+      pack.logits, pack.loss_sum, pack.grad.<adapter tensor name as saved>   the packed row through PEFT
+      merged.<parameter name>   the adapted weights after merge_and_unload
 """
 import argparse
 import pathlib
@@ -104,6 +109,17 @@ MODELS = {
 }
 
 
+# PEFT adapters: every projection (biases, GQA, a sharded base), a subset with rsLoRA on
+# tied embeddings, Phi-3's fused projections, Gemma 2's all-linear.
+LORA_CASES = {
+    "llama": dict(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                     "up_proj", "down_proj"]),
+    "qwen2": dict(r=3, lora_alpha=6, target_modules=["q_proj", "v_proj", "down_proj"], use_rslora=True),
+    "phi3": dict(r=4, lora_alpha=16, target_modules=["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]),
+    "gemma2": dict(r=2, lora_alpha=4, target_modules="all-linear"),
+}
+
+
 def make_examples(vocab_size, generator):
     examples = []
     for i, length in enumerate(LENGTHS):
@@ -173,6 +189,34 @@ def make(name, out_dir, seed):
     for pname, p in model.named_parameters():
         golden[f"pack.grad.{pname}"] = p.grad.detach().clone().contiguous()
     save_file(golden, out_dir / f"{name}-golden.safetensors")
+    if name in LORA_CASES:
+        make_lora(name, model, ids, labels, positions, out_dir, generator)
+
+
+def make_lora(name, model, ids, labels, positions, out_dir, generator):
+    from peft import LoraConfig, get_peft_model
+    peft_model = get_peft_model(model, LoraConfig(lora_dropout=0.0, **LORA_CASES[name]))
+    # Updates about as large as the base weights' own scale (0.2): scale * B A stays well-conditioned.
+    scaling = next(m.scaling["default"] for m in peft_model.modules() if isinstance(getattr(m, "scaling", None), dict))
+    with torch.no_grad():
+        for pname, p in peft_model.named_parameters():
+            if "lora_A" in pname:
+                p.copy_(0.2 * torch.randn(p.shape, generator=generator))
+            elif "lora_B" in pname:
+                p.copy_(0.1 / scaling * torch.randn(p.shape, generator=generator))
+    peft_model.save_pretrained(out_dir / f"{name}-lora")
+    peft_model.train()
+    out = peft_model(input_ids=ids[None], position_ids=positions[None], labels=labels[None], num_items_in_batch=1,
+                     use_cache=False)
+    out.loss.backward()
+    golden = {"pack.logits": out.logits[0].detach().clone(), "pack.loss_sum": out.loss.detach().clone()}
+    for pname, p in peft_model.named_parameters():
+        if p.requires_grad:  # as saved: without the adapter's name
+            golden["pack.grad." + pname.replace(".default", "")] = p.grad.detach().clone().contiguous()
+    merged = peft_model.merge_and_unload()
+    for pname, p in merged.named_parameters():
+        golden["merged." + pname] = p.detach().clone().contiguous()
+    save_file(golden, out_dir / f"{name}-lora-golden.safetensors")
 
 
 def main():

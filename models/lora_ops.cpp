@@ -1,0 +1,28 @@
+#include "models/lora_ops.h"
+
+#include <c10/core/GradMode.h>
+
+namespace fptrain::models {
+
+LoraOps::LoraOps(std::shared_ptr<const DecoderOps> inner, std::shared_ptr<const LoraAdapter> adapter,
+                 bool dropout_active)
+    : inner_(std::move(inner)), adapter_(std::move(adapter)), dropout_active_(dropout_active) {}
+
+at::Tensor LoraOps::add_adapter(at::Tensor y, const at::Tensor& x, const Projection& p) const {
+  const LoraWeights* w = adapter_->weights(p.slot);
+  if (w == nullptr) return y;
+  // An activation checkpoint's recomputation draws the first run's mask again: it restores the
+  // generator's state (trainer/activation_checkpointing.cpp).
+  const double dropout = dropout_active_ ? adapter_->settings().dropout : 0.0;
+  return lora_add(y, x, *w, adapter_->settings().scale(), dropout);
+}
+
+at::Tensor LoraOps::linear(const at::Tensor& x, const Projection& p) const {
+  return add_adapter(inner_->linear(x, p), x, p);
+}
+
+at::Tensor LoraOps::replayed_linear(const at::Tensor& x, const Projection& p) const {
+  return add_adapter(inner_->replayed_linear(x, p), x, p);
+}
+
+}  // namespace fptrain::models
