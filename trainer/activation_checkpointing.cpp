@@ -2,7 +2,10 @@
 
 #include "models/recompute_ops.h"
 
+#include <ATen/Context.h>
+
 #include <cstdio>
+#include <mutex>
 
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -13,16 +16,42 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// What the backward pass needs besides the saved input: the layer and its parameters.
+// What the backward pass needs besides the saved input: the layer, its parameters, and the
+// generator's state before the first run, so that the recomputation draws the same random
+// numbers (an adapter's dropout mask), as torch.utils.checkpoint's preserve_rng_state.
 struct LayerClosure : torch::CustomClassHolder {
   LayerFunction run;
   std::vector<at::Tensor> params;
+  at::Tensor rng_state;
 };
+
+at::Generator generator_of(const at::Tensor& t) { return at::globalContext().defaultGenerator(t.device()); }
+
+// Runs f with the device generator set to `state`, then puts the generator's own state back.
+template <typename F>
+at::Tensor with_rng_state(const at::Tensor& like, const at::Tensor& state, F f) {
+  at::Generator gen = generator_of(like);
+  at::Tensor current;
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    current = gen.get_state();
+    gen.set_state(state);
+  }
+  at::Tensor out = f();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(current);
+  return out;
+}
 
 struct RecomputeLayer : torch::autograd::Function<RecomputeLayer> {
   // Autograd is off inside forward(): run() builds no graph and keeps no activations.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, at::TensorList params,
                             c10::intrusive_ptr<LayerClosure> closure) {
+    {
+      at::Generator gen = generator_of(hidden);
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      closure->rng_state = gen.get_state();
+    }
     at::Tensor out = closure->run(hidden);
     ctx->save_for_backward({hidden});
     ctx->saved_data["closure"] = c10::IValue::make_capsule(closure);
@@ -35,7 +64,7 @@ struct RecomputeLayer : torch::autograd::Function<RecomputeLayer> {
     at::Tensor out;
     {
       c10::AutoGradMode enable(true);
-      out = closure->run(input);
+      out = with_rng_state(input, closure->rng_state, [&] { return closure->run(input); });
     }
     variable_list inputs{input};
     inputs.insert(inputs.end(), closure->params.begin(), closure->params.end());

@@ -107,21 +107,30 @@ void write_shard_state(const fs::path& staging, int rank, const TrainingState& s
                             {{"fptrain_step", std::to_string(state.step)}, {"fptrain_rank", std::to_string(rank)}});
 }
 
-fs::path commit_checkpoint(const fs::path& staging, const fs::path& output_dir, const models::ModelConfig& config,
-                           const models::TensorMap& params, at::ScalarType model_dtype, const fs::path& tokenizer_dir,
-                           const TrainingState& state) {
+void copy_tokenizer_files(const fs::path& from, const fs::path& to) {
+  for (const auto& f : kTokenizerFiles)
+    if (fs::is_regular_file(from / f)) fs::copy_file(from / f, to / f, fs::copy_options::overwrite_existing);
+}
+
+ModelWriter hf_model_writer(const models::ModelConfig& config, const models::TensorMap& params,
+                            at::ScalarType model_dtype) {
+  return [&config, &params, model_dtype](const fs::path& dir) {
+    // save_pretrained replaces its target folder as a whole, and `dir` may already hold the
+    // ranks' shard files: it writes into a subfolder whose files move up.
+    const fs::path model_dir = dir / "model";
+    models::save_pretrained(model_dir, config, params, model_dtype);
+    for (const auto& e : fs::directory_iterator(model_dir)) fs::rename(e.path(), dir / e.path().filename());
+    fs::remove(model_dir);
+  };
+}
+
+fs::path commit_checkpoint(const fs::path& staging, const fs::path& output_dir, const ModelWriter& write_model,
+                           const fs::path& tokenizer_dir, const TrainingState& state) {
   const fs::path final_dir = checkpoints_dir(output_dir) / checkpoint_name(state.step);
   try {
-    // The Hugging Face part (save_pretrained replaces its target folder as a
-    // whole, and staging may already hold the ranks' shard files: it writes into
-    // a subfolder whose files move up), then the tokenizer files and the
-    // training part.
-    const fs::path model_dir = staging / "model";
-    models::save_pretrained(model_dir, config, params, model_dtype);
-    for (const auto& e : fs::directory_iterator(model_dir)) fs::rename(e.path(), staging / e.path().filename());
-    fs::remove(model_dir);
-    for (const auto& f : kTokenizerFiles)
-      if (fs::is_regular_file(tokenizer_dir / f)) fs::copy_file(tokenizer_dir / f, staging / f, fs::copy_options::overwrite_existing);
+    // The model (or its adapters), then the tokenizer files and the training part.
+    write_model(staging);
+    copy_tokenizer_files(tokenizer_dir, staging);
     if (!state.optimizer.empty()) {
       models::TensorMap tensors;
       for (const auto& [k, t] : state.optimizer) tensors["optimizer." + k] = t;
@@ -145,11 +154,9 @@ fs::path commit_checkpoint(const fs::path& staging, const fs::path& output_dir, 
   return final_dir;
 }
 
-fs::path save_checkpoint(const fs::path& output_dir, const models::ModelConfig& config,
-                         const models::TensorMap& params, at::ScalarType model_dtype,
-                         const fs::path& tokenizer_dir, const TrainingState& state) {
-  return commit_checkpoint(prepare_checkpoint(output_dir, state.step), output_dir, config, params, model_dtype,
-                           tokenizer_dir, state);
+fs::path save_checkpoint(const fs::path& output_dir, const ModelWriter& write_model, const fs::path& tokenizer_dir,
+                         const TrainingState& state) {
+  return commit_checkpoint(prepare_checkpoint(output_dir, state.step), output_dir, write_model, tokenizer_dir, state);
 }
 
 TrainingState load_training_state(const fs::path& dir, int rank, int world_size) {

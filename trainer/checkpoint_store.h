@@ -1,5 +1,6 @@
 // Training checkpoints under <output_dir>/checkpoints/step-NNNNNNNN/:
-//   config.json, model*.safetensors  the model in Hugging Face format (transformers loads it)
+//   config.json, model*.safetensors  the model in Hugging Face format (transformers loads it), or
+//   adapter_config.json, adapter_model.safetensors   the adapters (PEFT loads them onto the base)
 //   tokenizer files                   copied from the model folder
 //   training_state.safetensors        AdamW weights (fp32 masters), moments; RNG states
 //   trainer_state.json                step, schedule position, data cursor, counters
@@ -17,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -61,9 +63,17 @@ std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::pa
 // there is none), none = nothing, else the given folder (which must exist).
 std::optional<std::filesystem::path> resolve_resume(const TrainConfig& config);
 
+// Writes what a checkpoint holds of the model into a folder that exists.
+using ModelWriter = std::function<void(const std::filesystem::path& dir)>;
+// The whole model in Hugging Face format (save_pretrained).
+ModelWriter hf_model_writer(const models::ModelConfig& config, const models::TensorMap& params,
+                            at::ScalarType model_dtype);
+
+// Copies the tokenizer files a model folder holds (tokenizer.json, tokenizer.model, ...) into `to`.
+void copy_tokenizer_files(const std::filesystem::path& from, const std::filesystem::path& to);
+
 // Writes a checkpoint for state.step and returns its folder.
-std::filesystem::path save_checkpoint(const std::filesystem::path& output_dir, const models::ModelConfig& config,
-                                      const models::TensorMap& params, at::ScalarType model_dtype,
+std::filesystem::path save_checkpoint(const std::filesystem::path& output_dir, const ModelWriter& write_model,
                                       const std::filesystem::path& tokenizer_dir, const TrainingState& state);
 
 // Reads trainer_state.json and the optimizer and RNG state this rank needs: its
@@ -83,8 +93,7 @@ void write_shard_state(const std::filesystem::path& staging, int rank, const Tra
 // state.optimizer is not empty, training_state.safetensors) into staging and
 // renames it into place; returns the checkpoint folder.
 std::filesystem::path commit_checkpoint(const std::filesystem::path& staging, const std::filesystem::path& output_dir,
-                                        const models::ModelConfig& config, const models::TensorMap& params,
-                                        at::ScalarType model_dtype, const std::filesystem::path& tokenizer_dir,
+                                        const ModelWriter& write_model, const std::filesystem::path& tokenizer_dir,
                                         const TrainingState& state);
 
 // Deletes the oldest checkpoints so that `keep_last` remain; also removes the

@@ -288,6 +288,32 @@ class KeyTable {
 
 constexpr int64_t kMaxInt32 = std::numeric_limits<int32_t>::max();
 
+// adapter.target_modules: a list of names, or one string (all-linear, else PEFT's regex form).
+void set_target_modules(const YAML::Node& n, models::LoraSettings& s, const Where& w) {
+  s.target_modules.clear();
+  s.target_regex.clear();
+  if (n.IsScalar()) {
+    const std::string v = n.Scalar();
+    if (v == "all-linear") s.target_modules = {v};
+    else s.target_regex = v;
+    return;
+  }
+  if (!n.IsSequence() || n.size() == 0) fail(w, "expected a list of module names or a string, got " + scalar_text(n));
+  for (const auto& item : n) {
+    if (!item.IsScalar() || item.Scalar().empty()) fail(w, "module names must be non-empty strings");
+    s.target_modules.push_back(item.Scalar());
+  }
+}
+
+YAML::Node target_modules_node(const models::LoraSettings& s) {
+  if (!s.target_regex.empty()) return YAML::Node(s.target_regex);
+  if (s.target_modules.size() == 1 && s.target_modules[0] == "all-linear") return YAML::Node("all-linear");
+  YAML::Node seq(YAML::NodeType::Sequence);
+  for (const auto& m : s.target_modules) seq.push_back(m);
+  seq.SetStyle(YAML::EmitterStyle::Flow);
+  return seq;
+}
+
 const std::vector<KeyDef>& key_defs() {
   static const std::vector<KeyDef> defs = [] {
     KeyTable t;
@@ -308,6 +334,34 @@ const std::vector<KeyDef>& key_defs() {
         "memory; every_<k> recomputes layers 0, k, 2k, ...",
         [](auto& n, auto& c, auto& w) { c.model.activation_checkpointing = as_checkpointing(n, w); },
         [](TrainConfig& c) { return YAML::Node(c.model.activation_checkpointing.name()); });
+    // adapter
+    t.choice<AdapterType>("adapter.type",
+                          "none = full fine-tuning; lora = low-rank adapters on the frozen base (PEFT's LoRA); qlora = "
+                          "the same on a 4-bit NF4 base",
+                          MEMBER(adapter.type));
+    t.integer("adapter.r", "adapter rank", MEMBER(adapter.lora.r), 1, 1 << 16);
+    t.number("adapter.alpha", "scale alpha / r (alpha / sqrt(r) with rslora)", MEMBER(adapter.lora.alpha), 0.0, 1e6,
+             /*lo_open=*/true);
+    t.custom(
+        "adapter.dropout", "dropout on the adapters' input while training, in [0, 1)",
+        [](auto& n, auto& c, auto& w) {
+          c.adapter.lora.dropout = in_range(as_double(n, w), w, 0.0, 1.0);
+          if (c.adapter.lora.dropout >= 1.0) fail(w, "must be below 1");
+        },
+        [](TrainConfig& c) { return scalar(double_text(c.adapter.lora.dropout)); });
+    t.custom(
+        "adapter.target_modules",
+        "the projections to adapt, as PEFT matches them: a list of module names (q_proj, ..., or full names), "
+        "all-linear, or one string that is a regular expression over the full module names",
+        [](auto& n, auto& c, auto& w) { set_target_modules(n, c.adapter.lora, w); },
+        [](TrainConfig& c) { return target_modules_node(c.adapter.lora); });
+    t.boolean("adapter.rslora", "rank-stabilised scale alpha / sqrt(r)", MEMBER(adapter.lora.rslora));
+    t.custom(
+        "adapter.from", "a PEFT adapter folder to continue from (adapter_config.json: its r, alpha and targets apply)",
+        [](auto& n, auto& c, auto& w) { c.adapter.from = as_string(n, w); },
+        [](TrainConfig& c) { return c.adapter.from.empty() ? omitted() : YAML::Node(c.adapter.from); });
+    t.boolean("adapter.save_merged", "also write the merged model (base + scale B A) to output_dir/merged at the end",
+              MEMBER(adapter.save_merged));
     // data
     t.custom("data.train", "training JSONL: a path, or a list of paths or {path, weight, format}",
              [](auto& n, auto& c, auto& w) { c.data.train = as_data_files(n, w); },
@@ -681,6 +735,10 @@ void validate(const TrainConfig& c) {
   if (c.schedule.min_lr > c.optimizer.lr) bad("schedule.min_lr", "exceeds optimizer.lr");
   if (c.logging.eval_interval > 0 && c.data.eval.empty())
     bad("logging.eval_interval", "is set but data.eval is not");
+  if (c.adapter.type == AdapterType::kNone && (!c.adapter.from.empty() || c.adapter.save_merged))
+    bad(c.adapter.from.empty() ? "adapter.save_merged" : "adapter.from", "needs adapter.type lora or qlora");
+  if (c.adapter.type == AdapterType::kQlora)
+    bad("adapter.type", "qlora (a 4-bit NF4 base) is not available yet; use lora (a frozen bf16 base)");
 }
 
 std::string to_yaml(const TrainConfig& config) {

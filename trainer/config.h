@@ -10,6 +10,7 @@
 
 #include "common/enum_names.h"
 #include "data/data_options.h"
+#include "models/lora_adapter.h"
 #include "optim/optimizer_section.h"
 
 namespace fptrain::trainer {
@@ -27,6 +28,8 @@ enum class AttentionChoice { kAuto, kHopper, kTorchFA2, kReference };
 enum class LrDecay { kCosine, kLinear, kConstant };
 enum class ShardOptimizer { kAuto, kOn, kOff };
 enum class Transfers { kAuto, kCopyEngine, kNccl };
+// adapter.type: full fine-tuning, LoRA on a frozen bf16 base, or LoRA on a 4-bit NF4 base.
+enum class AdapterType { kNone, kLora, kQlora };
 
 // model.activation_checkpointing: what the backward recomputes.
 struct Checkpointing {
@@ -142,9 +145,19 @@ struct DistributedSection {
   Transfers transfers = Transfers::kAuto;
 };
 
+// Parameter-efficient fine-tuning: the base stays frozen, low-rank adapters train
+// (models/lora_adapter.h), and checkpoints hold PEFT adapter folders.
+struct AdapterSection {
+  AdapterType type = AdapterType::kNone;
+  models::LoraSettings lora;  // r, alpha, dropout, rslora, target_modules
+  std::string from;           // a PEFT adapter folder to start from (its settings then apply)
+  bool save_merged = false;   // also write base + scale B A as an ordinary model at the end
+};
+
 struct TrainConfig {
   std::string source;  // where it was read from, for messages
   ModelSection model;
+  AdapterSection adapter;
   DataSection data;
   BatchingSection batching;
   OptimizerSection optimizer;
@@ -217,6 +230,11 @@ template <>
 struct EnumNames<trainer::Transfers> {
   static constexpr std::array<EnumEntry<trainer::Transfers>, 3> table = {
       {{trainer::Transfers::kAuto, "auto"}, {trainer::Transfers::kCopyEngine, "copy_engine"}, {trainer::Transfers::kNccl, "nccl"}}};
+};
+template <>
+struct EnumNames<trainer::AdapterType> {
+  static constexpr std::array<EnumEntry<trainer::AdapterType>, 3> table = {
+      {{trainer::AdapterType::kNone, "none"}, {trainer::AdapterType::kLora, "lora"}, {trainer::AdapterType::kQlora, "qlora"}}};
 };
 template <>
 struct EnumNames<trainer::LrDecay> {

@@ -2,10 +2,14 @@
 
 #include "attention/hopper_backend.h"
 #include "models/checkpoint.h"
+#include "models/lora_ops.h"
+#include "models/peft_format.h"
 #include "models/model_config.h"
 #include "models/parameter_layout.h"
 #include "trainer/activation_checkpointing.h"
 #include "trainer/log/log.h"
+
+#include <c10/core/GradMode.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -48,8 +52,47 @@ attention::Backend resolve_backend(AttentionChoice choice, const at::Device& dev
   return choice == AttentionChoice::kHopper ? attention::Backend::kHopper : attention::Backend::kTorchFA2;
 }
 
+namespace {
+
+// The adapters of a run: a checkpoint's, adapter.from's, or PEFT's initialisation.
+std::shared_ptr<models::LoraAdapter> open_adapter(const TrainConfig& config, const LoadedModel& m,
+                                                  const at::Device& device,
+                                                  const std::optional<std::filesystem::path>& adapter_dir) {
+  const std::filesystem::path from = adapter_dir ? *adapter_dir : std::filesystem::path(config.adapter.from);
+  if (from.empty())
+    return models::init_lora_adapter(config.adapter.lora, m.model->projections(), m.dtype, device, config.training.seed);
+  std::shared_ptr<models::LoraAdapter> a = models::read_peft_adapter(from, m.model->projections(), m.dtype, device);
+  if (!adapter_dir) {
+    const models::LoraSettings& s = a->settings();
+    log::info("adapter.from " + from.string() + ": r " + std::to_string(s.r) + ", alpha " + std::to_string(s.alpha) +
+              (s.rslora ? " (rslora)" : "") + ", " + std::to_string(a->modules().size()) +
+              " projections; its adapter_config.json's settings apply");
+  }
+  return a;
+}
+
+}  // namespace
+
+NamedTensors LoadedModel::trained() const {
+  NamedTensors out;
+  if (adapter) {
+    for (const auto& n : adapter->names()) out.emplace_back(n, adapter->tensors().at(n));
+  } else {
+    for (const auto& n : models::parameter_names_in_model_order(config)) out.emplace_back(n, model->parameters().at(n));
+  }
+  return out;
+}
+
+void set_model_ops(LoadedModel& m, const TrainConfig& config, const at::Device& device,
+                   std::shared_ptr<models::GradSinks> sinks, bool dropout_active) {
+  std::shared_ptr<const models::DecoderOps> ops =
+      models::make_decoder_ops(device, config.model.fused_ops, m.backend, std::move(sinks));
+  if (m.adapter) ops = std::make_shared<models::LoraOps>(std::move(ops), m.adapter, dropout_active);
+  m.model->set_ops(std::move(ops));
+}
+
 LoadedModel open_model(const TrainConfig& config, const at::Device& device, const std::filesystem::path& weights_dir,
-                       bool trainable) {
+                       bool trainable, const std::optional<std::filesystem::path>& adapter_dir) {
   if (!std::filesystem::is_regular_file(weights_dir / "config.json"))
     throw std::invalid_argument(weights_dir.string() +
                                 ": no config.json (model.path must be a Hugging Face model folder)");
@@ -57,15 +100,22 @@ LoadedModel open_model(const TrainConfig& config, const at::Device& device, cons
   m.config = models::load_model_config(weights_dir / "config.json");
   m.dtype = resolve_dtype(config.model.dtype, device);
   m.backend = resolve_backend(config.model.attention, device, m.config, m.dtype);
+  const bool adapted = config.adapter.type != AdapterType::kNone;
   models::TensorMap params = models::load_pretrained_weights(weights_dir, m.config, m.dtype, device);
-  if (trainable)
+  if (trainable && !adapted)
     for (auto& [name, t] : params) t.requires_grad_(true);
   m.model = std::make_unique<models::CausalLM>(m.config, std::move(params), m.backend);
-  m.model->set_ops(models::make_decoder_ops(device, config.model.fused_ops, m.backend));
+  if (adapted) {
+    m.adapter = open_adapter(config, m, device, adapter_dir);
+    if (trainable)
+      for (const auto& [name, t] : m.adapter->tensors()) t.requires_grad_(true);
+  }
+  set_model_ops(m, config, device, nullptr, /*dropout_active=*/trainable);
   if (m.config.gemma)  // the fused kernels compute Llama's forms; soft-capped scores only the reference
     log::info("Gemma: its RMSNorm ((1 + w) in fp32) and GELU-tanh gating run in ATen, not in the fused kernels" +
               std::string(m.config.attn_logit_softcap > 0 ? "; soft-capped attention on the reference backend" : ""));
-  m.checkpointing = set_activation_checkpointing(*m.model, config.model.activation_checkpointing);
+  m.checkpointing = set_activation_checkpointing(*m.model, config.model.activation_checkpointing,
+                                                 trainable ? m.trained() : NamedTensors{});
   return m;
 }
 
@@ -149,31 +199,48 @@ void CheckpointSwitch::set(const Checkpointing& setting) {
   selective = setting.mode == Checkpointing::Mode::kSelective;
 }
 
-std::shared_ptr<CheckpointSwitch> set_activation_checkpointing(models::CausalLM& model,
-                                                               const Checkpointing& setting) {
+std::shared_ptr<CheckpointSwitch> set_activation_checkpointing(models::CausalLM& model, const Checkpointing& setting,
+                                                               const NamedTensors& trained) {
   auto control = std::make_shared<CheckpointSwitch>();
   control->set(setting);
-  // Each checkpointed block needs its parameters as autograd inputs.
+  // Each checkpointed block needs what trains in it as autograd inputs.
   const auto n = static_cast<size_t>(model.config().num_hidden_layers);
   std::vector<std::vector<at::Tensor>> layer_params(n), mlp_params(n);
-  for (const models::ParameterInfo& p : models::parameter_layout(model.config())) {
-    if (p.layer < 0) continue;
-    layer_params[static_cast<size_t>(p.layer)].push_back(model.parameters().at(p.name));
-    if (p.name.find(".mlp.") != std::string::npos) mlp_params[static_cast<size_t>(p.layer)].push_back(model.parameters().at(p.name));
+  for (const auto& [name, t] : trained) {
+    const int64_t layer = models::layer_of_name(name);
+    if (layer < 0 || layer >= static_cast<int64_t>(n)) continue;
+    layer_params[static_cast<size_t>(layer)].push_back(t);
+    if (name.find(".mlp.") != std::string::npos) mlp_params[static_cast<size_t>(layer)].push_back(t);
   }
-  model.set_layer_runner([layer_params, control](int64_t layer, const at::Tensor& hidden, const models::DecoderOps& ops,
-                                                 const models::CausalLM::BlockFn& run) {
-    if (!is_checkpointed_layer(layer, control->every_k) || !hidden.requires_grad()) return run(hidden, ops);
-    return recomputed_block(hidden, ops, run, layer_params[static_cast<size_t>(layer)]);
+  // A block recomputes when anything in it trains: with a frozen base the first layer's
+  // input needs no gradient, its adapters do.
+  auto needs_grad = [](const at::Tensor& x, const std::vector<at::Tensor>& params) {
+    return x.requires_grad() || (at::GradMode::is_enabled() && !params.empty());
+  };
+  model.set_layer_runner([layer_params, control, needs_grad](int64_t layer, const at::Tensor& hidden,
+                                                             const models::DecoderOps& ops,
+                                                             const models::CausalLM::BlockFn& run) {
+    const auto& params = layer_params[static_cast<size_t>(layer)];
+    if (!is_checkpointed_layer(layer, control->every_k) || !needs_grad(hidden, params)) return run(hidden, ops);
+    return recomputed_block(hidden, ops, run, params);
   });
-  model.set_mlp_runner([mlp_params, control](int64_t layer, const at::Tensor& normed, const models::DecoderOps& ops,
-                                             const models::CausalLM::BlockFn& run) {
+  model.set_mlp_runner([mlp_params, control, needs_grad](int64_t layer, const at::Tensor& normed,
+                                                         const models::DecoderOps& ops,
+                                                         const models::CausalLM::BlockFn& run) {
     // Inside a checkpointed layer the whole layer is recomputed already.
-    if (!control->selective || is_checkpointed_layer(layer, control->every_k) || !normed.requires_grad())
+    const auto& params = mlp_params[static_cast<size_t>(layer)];
+    if (!control->selective || is_checkpointed_layer(layer, control->every_k) || !needs_grad(normed, params))
       return run(normed, ops);
-    return recomputed_block(normed, ops, run, mlp_params[static_cast<size_t>(layer)]);
+    return recomputed_block(normed, ops, run, params);
   });
   return control;
+}
+
+std::shared_ptr<CheckpointSwitch> set_activation_checkpointing(models::CausalLM& model, const Checkpointing& setting) {
+  NamedTensors trained;
+  for (const auto& [name, t] : model.parameters())
+    if (t.requires_grad()) trained.emplace_back(name, t);
+  return set_activation_checkpointing(model, setting, trained);
 }
 
 }  // namespace fptrain::trainer

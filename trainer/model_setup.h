@@ -10,12 +10,15 @@
 #include "data/data_options.h"
 #include "tokenizer/tokenizer.h"
 #include "models/causal_lm.h"
+#include "models/grad_sinks.h"
+#include "models/lora_adapter.h"
 #include "trainer/config.h"
 
 #include <ATen/ATen.h>
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 namespace fptrain::trainer {
 
@@ -35,7 +38,15 @@ struct CheckpointSwitch {
   std::atomic<bool> selective{false};  // checkpoint every layer's MLP block
   void set(const Checkpointing& setting);  // a fixed setting (auto: none)
 };
-// Installs the runners (auto starts as none) and returns their switch.
+// A trained tensor under its name (a parameter of the model, or an adapter's), in model order.
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+// Installs the runners (auto starts as none) and returns their switch. A
+// recomputed block hands autograd the `trained` tensors of its layer (by
+// models::layer_of_name), so their gradients flow through the recomputation.
+std::shared_ptr<CheckpointSwitch> set_activation_checkpointing(models::CausalLM& model, const Checkpointing& setting,
+                                                               const NamedTensors& trained);
+// The same with the model's parameters that require grad as the trained tensors.
 std::shared_ptr<CheckpointSwitch> set_activation_checkpointing(models::CausalLM& model, const Checkpointing& setting);
 
 struct LoadedModel {
@@ -44,14 +55,27 @@ struct LoadedModel {
   at::ScalarType dtype = at::kFloat;
   attention::Backend backend = attention::Backend::kReference;
   std::shared_ptr<CheckpointSwitch> checkpointing;  // model.activation_checkpointing's runners
+  // adapter.type lora: the adapters that train (the model's own parameters are frozen); else null.
+  std::shared_ptr<models::LoraAdapter> adapter;
+
+  // What the optimizer trains, in model order: the adapters' tensors, or every parameter.
+  NamedTensors trained() const;
 };
 
 // The model of a run: config.json and weights from `weights_dir` (model.path,
-// or the checkpoint a run resumes from), in the configured dtype and attention
-// backend for `device`, with activation checkpointing as configured.
-// Parameters require grad when `trainable`.
+// or the checkpoint a full fine-tune resumes from), in the configured dtype and
+// attention backend for `device`, with activation checkpointing as configured.
+// With adapter.type lora the base is frozen and the adapters come from
+// `adapter_dir` (the checkpoint a run resumes from), else adapter.from, else
+// PEFT's initialisation (seeded with training.seed). What trains requires grad
+// when `trainable` (and adapter dropout is active only then).
 LoadedModel open_model(const TrainConfig& config, const at::Device& device, const std::filesystem::path& weights_dir,
-                       bool trainable);
+                       bool trainable, const std::optional<std::filesystem::path>& adapter_dir = std::nullopt);
+
+// The model's op set for `device` (fused where it runs), sending the projections'
+// weight gradients to `sinks` when given, with the adapters on top.
+void set_model_ops(LoadedModel& m, const TrainConfig& config, const at::Device& device,
+                   std::shared_ptr<models::GradSinks> sinks = nullptr, bool dropout_active = true);
 
 // The tokenizer of the model folder, checked against the model's vocabulary.
 std::shared_ptr<const tokenizer::Tokenizer> load_checked_tokenizer(const std::filesystem::path& dir,

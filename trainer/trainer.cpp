@@ -4,7 +4,9 @@
 #include "data/data_pipeline.h"
 #include "models/checkpoint.h"
 #include "models/grad_sinks.h"
+#include "models/lora_adapter.h"
 #include "models/parameter_layout.h"
+#include "models/peft_format.h"
 #include "distributed/group.h"
 #include "trainer/activation_checkpointing.h"
 #include "optim/adamw.h"
@@ -125,6 +127,8 @@ class Run {
   void evaluate_and_save_on_schedule();
   TrainOutcome finish(Stop stop, double wall_seconds);
   void save();
+  ModelWriter model_writer() const;
+  void save_merged();
   void run_eval();
 
   TrainConfig config_;
@@ -211,7 +215,7 @@ StepRecord Run::train_step(const data::TrainStep& ts) {
     reducer_->arm();
   };
   if (remaining == 0) before_last();  // nothing to compute: this rank still reduces with the others
-  grad_sinks_->begin_step();
+  if (grad_sinks_) grad_sinks_->begin_step();
   for (const auto& mb : ts.micro_batches) {
     if (mb.num_tokens == 0) continue;  // an empty slot at the end of an epoch
     const DeviceBatch b = to_device(mb, device_.device);
@@ -229,7 +233,7 @@ StepRecord Run::train_step(const data::TrainStep& ts) {
   rec.tokens = ts.global_tokens;
   rec.padding = ts.global_padding;
   rec.supervised = ts.global_supervised;
-  grad_sinks_->finish_step();  // zero what no backward of this step wrote (before it is reduced)
+  if (grad_sinks_) grad_sinks_->finish_step();  // zero what no backward of this step wrote (before it is reduced)
   if (reducer_) {
     comm_clock_->before_wait();
     reducer_->finish();
@@ -335,8 +339,11 @@ std::optional<TrainingState> Run::open_model_and_state() {
   std::optional<TrainingState> state;
   try {
     if (resume_from_) state = load_training_state(*resume_from_, rank(), world());
-    model_ = open_model(config_, device_.device, resume_from_ ? *resume_from_ : fs::path(config_.model.path),
-                        /*trainable=*/true);
+    // Adapters train on the configured base: a checkpoint holds only the adapters.
+    const bool adapted = config_.adapter.type != AdapterType::kNone;
+    const fs::path weights = resume_from_ && !adapted ? *resume_from_ : fs::path(config_.model.path);
+    model_ = open_model(config_, device_.device, weights, /*trainable=*/true,
+                        adapted ? resume_from_ : std::nullopt);
   } catch (const c10::Error&) {
     throw;  // LibTorch's own (out of memory, CUDA): not the checkpoint's doing; train() reports them
   } catch (const std::invalid_argument& e) {
@@ -436,17 +443,21 @@ void Run::plan_auto_checkpointing() {
 }
 
 void Run::make_optimizer() {
-  std::vector<std::string> names = models::parameter_names_in_model_order(model_.config);
+  std::vector<std::string> names;
   std::vector<at::Tensor> params;
-  for (const auto& n : names) params.push_back(model_.model->parameters().at(n));
+  for (auto& [name, t] : model_.trained()) {
+    names.push_back(name);
+    params.push_back(t);
+  }
   const DataParallelSpec dp = data_parallel_spec(group_.get(), config_, params.front().scalar_type());
   optimizer_ = std::make_unique<AdamW>(names, params, config_.optimizer, FlatLayout::kDefaultAlignment, dp);
-  // The projection weights' gradients are written by their backward GEMMs into
-  // the flat buffer, so the buffer is not zeroed for them between steps.
-  grad_sinks_ = std::make_shared<models::GradSinks>(model_.model->projections());
-  model_.model->set_ops(
-      models::make_decoder_ops(device_.device, config_.model.fused_ops, model_.backend, grad_sinks_));
-  optimizer_->keep_on_zero(grad_sinks_->params());
+  if (!model_.adapter) {
+    // The projection weights' gradients are written by their backward GEMMs into
+    // the flat buffer, so the buffer is not zeroed for them between steps.
+    grad_sinks_ = std::make_shared<models::GradSinks>(model_.model->projections());
+    set_model_ops(model_, config_, device_.device, grad_sinks_);
+    optimizer_->keep_on_zero(grad_sinks_->params());
+  }
   if (group_) {
     reducer_ = attach_to_group(*group_, *optimizer_);
     comm_clock_ = std::make_unique<CommClock>(device_.device);
@@ -459,10 +470,8 @@ void Run::make_optimizer() {
 void Run::wait_for_weights_stage_by_stage() {
   const int64_t layers = model_.config.num_hidden_layers;
   std::vector<int64_t> stage_end(static_cast<size_t>(layers + 2), 0);  // stage s at [s + 1]
-  std::unordered_map<std::string, int64_t> layer_of;
-  for (const models::ParameterInfo& p : models::parameter_layout(model_.config)) layer_of[p.name] = p.layer;
   for (const FlatSegment& seg : optimizer_->flat().layout().segments()) {
-    const int64_t layer = layer_of.at(seg.name);
+    const int64_t layer = models::layer_of_name(seg.name);
     // Layer parameters belong to their layer; the others to the embedding
     // stage when they come first in model order, else to the head.
     const int64_t stage = layer >= 0 ? layer : (seg.offset == 0 ? -1 : layers);
@@ -490,18 +499,35 @@ void Run::save() {
   state.config_yaml = to_yaml(config_);
   state.optimizer = optimizer_->state();
   state.rng = capture_rng_states();
+  const ModelWriter write_model = model_writer();
   const auto commit = [&](const fs::path& staging, const TrainingState& whole) {
-    return commit_checkpoint(staging, output_dir_, model_.config, model_.model->parameters(), model_.dtype,
-                             config_.model.path, whole);
+    return commit_checkpoint(staging, output_dir_, write_model, config_.model.path, whole);
   };
   const fs::path dir = group_ ? save_together(*group_, output_dir_, state, optimizer_->sharded(), commit)
-                              : save_checkpoint(output_dir_, model_.config, model_.model->parameters(), model_.dtype,
-                                                config_.model.path, state);
+                              : save_checkpoint(output_dir_, write_model, config_.model.path, state);
   if (leader()) prune_checkpoints(output_dir_, config_.checkpoint.keep_last);
   last_saved_step_ = step_;
   last_checkpoint_ = dir;
   metrics_->note("checkpoint", {{"step", step_}, {"path", dir.string()}, {"seconds", seconds_since(start)}});
   log::info("saved checkpoint " + dir.string() + " (" + format_duration(seconds_since(start)) + ")");
+}
+
+// What a checkpoint holds of the model: the whole model, or the adapters (PEFT's folder,
+// loaded onto model.path).
+ModelWriter Run::model_writer() const {
+  if (!model_.adapter) return hf_model_writer(model_.config, model_.model->parameters(), model_.dtype);
+  return [this](const fs::path& dir) { models::write_peft_adapter(dir, *model_.adapter, config_.model.path); };
+}
+
+// adapter.save_merged: base + scale B A as an ordinary model folder (with the tokenizer).
+void Run::save_merged() {
+  if (!leader()) return;
+  const auto start = Clock::now();
+  const fs::path dir = output_dir_ / "merged";
+  const models::TensorMap merged = models::merge_lora(model_.model->parameters(), *model_.adapter);
+  models::save_pretrained(dir, model_.config, merged, model_.dtype);
+  copy_tokenizer_files(config_.model.path, dir);
+  log::info("saved the merged model " + dir.string() + " (" + format_duration(seconds_since(start)) + ")");
 }
 
 void Run::run_eval() {
@@ -510,8 +536,11 @@ void Run::run_eval() {
   data::DataPipeline eval_data(make_data_options(config_, /*eval=*/true, rank(), world()), tokenizer_);
   // eval_max_batches caps the whole evaluation: each rank takes its share.
   const int64_t cap = config_.logging.eval_max_batches;
+  // Evaluation sees the adapters without their dropout (PEFT in eval mode).
+  if (model_.adapter) set_model_ops(model_, config_, device_.device, nullptr, /*dropout_active=*/false);
   const EvalResult r = evaluate(*model_.model, eval_data, device_.device, cap > 0 ? (cap + world() - 1) / world() : 0,
                                 group_.get());
+  if (model_.adapter) set_model_ops(model_, config_, device_.device, nullptr, /*dropout_active=*/true);
   metrics_->record_eval(step_, r.loss, r.supervised_tokens, r.seconds);
 }
 
@@ -562,6 +591,7 @@ TrainOutcome Run::finish(Stop stop, double wall_seconds) {
   } else {
     if (!config_.data.eval.empty()) run_eval();
     if (config_.checkpoint.save_final && last_saved_step_ != step_) save();
+    if (config_.adapter.save_merged) save_merged();
   }
   outcome.steps_completed = step_;
   outcome.total_steps = total_steps_;

@@ -51,6 +51,19 @@ def save_beside(out, name, model_dir, model):
     model.save_pretrained(folder)
 
 
+def save_adapter(folder, model_dir, settings, seed):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+    torch.manual_seed(seed)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
+                           LoraConfig(lora_dropout=0.0, **settings))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.02)
+    model.save_pretrained(folder)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -124,6 +137,14 @@ def main():
                                                                   "rope_theta": 1e6},
                                                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}})
     save_beside(out, "gemma3", model_dir, Gemma3ForCausalLM(gemma3))
+
+    # PEFT adapters to train from (LoRA's B is zero at init, which would hide A's gradient in the
+    # first step: both random here). Llama: all seven projections; Qwen3: a subset with rsLoRA.
+    save_adapter(out / "llama-lora", out / "llama", dict(
+        r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                           "down_proj"]), seed=5)
+    save_adapter(out / "qwen3-lora", out / "qwen3", dict(
+        r=8, lora_alpha=4, target_modules=["q_proj", "o_proj", "up_proj"], use_rslora=True), seed=6)
 
     with open(out / "tokens.jsonl", "w") as f:
         for i in range(240):

@@ -8,6 +8,9 @@ HF's summed token loss over the whole step divided by the number of supervised
 tokens of the whole step (num_items_in_batch). Then clip_grad_norm_, the
 schedule, AdamW.
 
+With --adapter the model is PEFT's LoRA over the frozen base (the adapter's
+tensors train); --save-adapter writes the trained adapter at the end.
+
 Prints JSON: {"loss": [...], "grad_norm": [...], "lr": [...], "supervised": [...]}.
 """
 import argparse
@@ -46,11 +49,16 @@ def main():
     ap.add_argument("--decay", default="cosine")
     ap.add_argument("--min-lr", type=float, default=0.0)
     ap.add_argument("--clip", type=float, default=0.0)
+    ap.add_argument("--adapter", help="a PEFT LoRA folder: train it on the frozen model (PeftModel)")
+    ap.add_argument("--save-adapter", help="where to write the trained adapter (save_pretrained)")
     a = ap.parse_args()
 
     torch.manual_seed(0)
     examples = [json.loads(line) for line in open(a.data) if line.strip()]
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32, attn_implementation="eager")
+    if a.adapter:
+        from peft import PeftModel
+        model = PeftModel.from_pretrained(model, a.adapter, is_trainable=True)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps, weight_decay=a.weight_decay,
@@ -80,6 +88,8 @@ def main():
         out["grad_norm"].append(norm.item())
         out["lr"].append(lr)
         out["supervised"].append(supervised)
+    if a.save_adapter:
+        model.save_pretrained(a.save_adapter)
     print(json.dumps(out))
 
 
