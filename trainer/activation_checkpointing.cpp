@@ -22,7 +22,7 @@ using torch::autograd::variable_list;
 struct LayerClosure : torch::CustomClassHolder {
   LayerFunction run;
   std::vector<at::Tensor> params;
-  at::Tensor rng_state;
+  at::Tensor rng_state;  // undefined: nothing random to replay
 };
 
 at::Generator generator_of(const at::Tensor& t) { return at::globalContext().defaultGenerator(t.device()); }
@@ -47,7 +47,7 @@ struct RecomputeLayer : torch::autograd::Function<RecomputeLayer> {
   // Autograd is off inside forward(): run() builds no graph and keeps no activations.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, at::TensorList params,
                             c10::intrusive_ptr<LayerClosure> closure) {
-    {
+    if (closure->rng_state.defined()) {  // asked for: the state to replay
       at::Generator gen = generator_of(hidden);
       std::lock_guard<std::mutex> lock(gen.mutex());
       closure->rng_state = gen.get_state();
@@ -64,7 +64,9 @@ struct RecomputeLayer : torch::autograd::Function<RecomputeLayer> {
     at::Tensor out;
     {
       c10::AutoGradMode enable(true);
-      out = with_rng_state(input, closure->rng_state, [&] { return closure->run(input); });
+      out = closure->rng_state.defined()
+                ? with_rng_state(input, closure->rng_state, [&] { return closure->run(input); })
+                : closure->run(input);
     }
     variable_list inputs{input};
     inputs.insert(inputs.end(), closure->params.begin(), closure->params.end());
@@ -105,15 +107,18 @@ std::string AutoCheckpointing::describe() const {
   return buf;
 }
 
-at::Tensor checkpointed_layer(const at::Tensor& hidden, LayerFunction run, const std::vector<at::Tensor>& params) {
+at::Tensor checkpointed_layer(const at::Tensor& hidden, LayerFunction run, const std::vector<at::Tensor>& params,
+                              bool preserve_rng) {
   auto closure = c10::make_intrusive<LayerClosure>();
   closure->run = std::move(run);
   closure->params = params;
+  if (preserve_rng) closure->rng_state = at::empty({0}, at::kByte);  // replaced by the forward
   return RecomputeLayer::apply(hidden, at::TensorList(params), closure);
 }
 
 at::Tensor recomputed_block(const at::Tensor& hidden, const models::DecoderOps& ops,
-                            const models::CausalLM::BlockFn& run, const std::vector<at::Tensor>& params) {
+                            const models::CausalLM::BlockFn& run, const std::vector<at::Tensor>& params,
+                            bool preserve_rng) {
   auto recompute = std::make_shared<models::RecomputeOps>(ops.shared_from_this());
   return checkpointed_layer(
       hidden,
@@ -121,7 +126,7 @@ at::Tensor recomputed_block(const at::Tensor& hidden, const models::DecoderOps& 
         recompute->begin_run();
         return run(h, *recompute);
       },
-      params);
+      params, preserve_rng);
 }
 
 }  // namespace fptrain::trainer

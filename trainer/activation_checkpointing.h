@@ -24,12 +24,16 @@ using LayerFunction = std::function<at::Tensor(const at::Tensor& hidden)>;
 // Returns run(hidden), differentiable with respect to `hidden` and `params`
 // (the leaf tensors `run` reads), storing only `hidden` for the backward pass.
 // `run` is called again during backward, so it must capture what it needs by value.
-at::Tensor checkpointed_layer(const at::Tensor& hidden, LayerFunction run, const std::vector<at::Tensor>& params);
+// `preserve_rng`: the recomputation runs with the device generator's state of the
+// first run, so it draws the same random numbers (dropout), as torch.utils.checkpoint.
+at::Tensor checkpointed_layer(const at::Tensor& hidden, LayerFunction run, const std::vector<at::Tensor>& params,
+                              bool preserve_rng = false);
 
 // checkpointed_layer over one of the model's blocks: both runs of `run` go
 // through one RecomputeOps over `ops` (which a shared_ptr must own).
 at::Tensor recomputed_block(const at::Tensor& hidden, const models::DecoderOps& ops,
-                            const models::CausalLM::BlockFn& run, const std::vector<at::Tensor>& params);
+                            const models::CausalLM::BlockFn& run, const std::vector<at::Tensor>& params,
+                            bool preserve_rng = false);
 
 // model.activation_checkpointing: auto. What a micro-batch of T tokens keeps for
 // the backward, estimated per mode from the model's shapes (bytes per token and

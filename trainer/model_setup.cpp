@@ -114,8 +114,9 @@ LoadedModel open_model(const TrainConfig& config, const at::Device& device, cons
   if (m.config.gemma)  // the fused kernels compute Llama's forms; soft-capped scores only the reference
     log::info("Gemma: its RMSNorm ((1 + w) in fp32) and GELU-tanh gating run in ATen, not in the fused kernels" +
               std::string(m.config.attn_logit_softcap > 0 ? "; soft-capped attention on the reference backend" : ""));
+  const bool random_blocks = trainable && m.adapter && m.adapter->settings().dropout > 0;
   m.checkpointing = set_activation_checkpointing(*m.model, config.model.activation_checkpointing,
-                                                 trainable ? m.trained() : NamedTensors{});
+                                                 trainable ? m.trained() : NamedTensors{}, random_blocks);
   return m;
 }
 
@@ -200,7 +201,7 @@ void CheckpointSwitch::set(const Checkpointing& setting) {
 }
 
 std::shared_ptr<CheckpointSwitch> set_activation_checkpointing(models::CausalLM& model, const Checkpointing& setting,
-                                                               const NamedTensors& trained) {
+                                                               const NamedTensors& trained, bool preserve_rng) {
   auto control = std::make_shared<CheckpointSwitch>();
   control->set(setting);
   // Each checkpointed block needs what trains in it as autograd inputs.
@@ -217,21 +218,21 @@ std::shared_ptr<CheckpointSwitch> set_activation_checkpointing(models::CausalLM&
   auto needs_grad = [](const at::Tensor& x, const std::vector<at::Tensor>& params) {
     return x.requires_grad() || (at::GradMode::is_enabled() && !params.empty());
   };
-  model.set_layer_runner([layer_params, control, needs_grad](int64_t layer, const at::Tensor& hidden,
+  model.set_layer_runner([layer_params, control, needs_grad, preserve_rng](int64_t layer, const at::Tensor& hidden,
                                                              const models::DecoderOps& ops,
                                                              const models::CausalLM::BlockFn& run) {
     const auto& params = layer_params[static_cast<size_t>(layer)];
     if (!is_checkpointed_layer(layer, control->every_k) || !needs_grad(hidden, params)) return run(hidden, ops);
-    return recomputed_block(hidden, ops, run, params);
+    return recomputed_block(hidden, ops, run, params, preserve_rng);
   });
-  model.set_mlp_runner([mlp_params, control, needs_grad](int64_t layer, const at::Tensor& normed,
+  model.set_mlp_runner([mlp_params, control, needs_grad, preserve_rng](int64_t layer, const at::Tensor& normed,
                                                          const models::DecoderOps& ops,
                                                          const models::CausalLM::BlockFn& run) {
     // Inside a checkpointed layer the whole layer is recomputed already.
     const auto& params = mlp_params[static_cast<size_t>(layer)];
     if (!control->selective || is_checkpointed_layer(layer, control->every_k) || !needs_grad(normed, params))
       return run(normed, ops);
-    return recomputed_block(normed, ops, run, params);
+    return recomputed_block(normed, ops, run, params, preserve_rng);
   });
   return control;
 }

@@ -43,9 +43,10 @@ using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
 // Installs the runners (auto starts as none) and returns their switch. A
 // recomputed block hands autograd the `trained` tensors of its layer (by
-// models::layer_of_name), so their gradients flow through the recomputation.
+// models::layer_of_name), so their gradients flow through the recomputation;
+// `preserve_rng` when the blocks draw random numbers (adapter dropout).
 std::shared_ptr<CheckpointSwitch> set_activation_checkpointing(models::CausalLM& model, const Checkpointing& setting,
-                                                               const NamedTensors& trained);
+                                                               const NamedTensors& trained, bool preserve_rng = false);
 // The same with the model's parameters that require grad as the trained tensors.
 std::shared_ptr<CheckpointSwitch> set_activation_checkpointing(models::CausalLM& model, const Checkpointing& setting);
 

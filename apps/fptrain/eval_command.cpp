@@ -1,5 +1,6 @@
 #include "apps/fptrain/commands.h"
 #include "apps/fptrain/config_options.h"
+#include "models/peft_format.h"
 #include "trainer/evaluate.h"
 #include "trainer/log/log.h"
 
@@ -17,11 +18,18 @@ void add_eval_command(CLI::App& app, Action& action) {
       "eval", "Loss and perplexity of the model on data.eval (data.train when no eval set is configured).");
   add_config_args(*cmd, *args);
   cmd->add_flag("--json", *json, "Print one JSON object instead of text");
-  cmd->add_option("--checkpoint", *checkpoint, "Evaluate this model folder (e.g. a checkpoint) instead of model.path");
+  cmd->add_option("--checkpoint", *checkpoint,
+                  "Evaluate this model folder (e.g. a checkpoint) instead of model.path; a LoRA checkpoint (a PEFT "
+                  "adapter folder) is evaluated on model.path as adapter.from");
   cmd->callback([&action, args, json, checkpoint] {
     action = [args, json, checkpoint] {
       ConfigArgs a = *args;
-      if (!checkpoint->empty()) a.overrides.push_back("model.path=" + *checkpoint);
+      if (models::is_peft_adapter_folder(*checkpoint)) {
+        a.overrides.push_back("adapter.type=lora");
+        a.overrides.push_back("adapter.from=" + *checkpoint);
+      } else if (!checkpoint->empty()) {
+        a.overrides.push_back("model.path=" + *checkpoint);
+      }
       const trainer::TrainConfig config = load_config_args(a);
       const trainer::EvalResult r = trainer::evaluate_config(config);
       if (*json) {

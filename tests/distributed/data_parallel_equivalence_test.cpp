@@ -57,6 +57,28 @@ TEST(DataParallel, TwoRanksOfFourEqualOneRankOfEightWithShardedOptimizer) {
   EXPECT_TRUE(dir.leftovers().empty());
 }
 
+// LoRA: the adapters' gradients are what the ranks reduce (the frozen base has none); the
+// checkpoint is one PEFT adapter folder with each rank's shard of the adapters' optimizer state.
+TEST(DataParallel, TwoRanksTrainingAdaptersEqualOneRank) {
+  WorkDir dir;
+  const std::vector<std::string> lora = {"adapter.type=lora", "adapter.r=4", "adapter.target_modules=all-linear"};
+  const auto one = train_run(dir, "one", 1, kTokens, "", with(with(kTen, lora), {"batching.examples_per_micro_batch=8"}));
+  const auto two = train_run(dir, "two", 2, kTokens, "", with(with(kTen, lora), {"batching.examples_per_micro_batch=4"}));
+  ASSERT_EQ(one.records.size(), 10u);
+  expect_same_steps(two.records, one.records, 1e-5);
+  const fs::path ckpt = checkpoint_of(two.dir, 10);
+  EXPECT_TRUE(fs::exists(ckpt / "training_state.rank1.safetensors"));
+  EXPECT_FALSE(fs::exists(ckpt / "model.safetensors"));
+  const auto got = models::read_safetensors(ckpt / "adapter_model.safetensors");
+  const auto want = models::read_safetensors(checkpoint_of(one.dir, 10) / "adapter_model.safetensors");
+  ASSERT_EQ(got.size(), want.size());
+  ASSERT_EQ(got.size(), 2u * 7 * 2);  // A and B of seven projections in two layers
+  for (const auto& [name, t] : want) {
+    const double err = ((got.at(name) - t).norm() / t.norm()).item<double>();
+    EXPECT_LT(err, 1e-5) << name;
+  }
+}
+
 TEST(DataParallel, TwoRanksOfFourEqualOneRankOfEightWithReplicatedOptimizer) {
   WorkDir dir;
   const auto one = train_run(dir, "one", 1, kTokens, "", with(kTen, {"batching.examples_per_micro_batch=8"}));

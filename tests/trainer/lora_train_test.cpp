@@ -110,7 +110,17 @@ TEST(LoraTraining, CheckpointingAndResumeChangeNothing) {
   const fs::path recomputed = run_to("recomputed", {"model.activation_checkpointing=every_layer"});
   run_to("resumed", {"training.stop_at_step=3"});  // stops after step 3 with a checkpoint
   const fs::path resumed = run_to("resumed", {});
-  for (const fs::path& other : {recomputed, resumed}) {
+  // With adapter dropout the recomputation draws the first run's masks again (and leaves the
+  // generator where the first run left it); a resume restores the generators.
+  const fs::path dropped = run_to("dropped", {"adapter.dropout=0.2"});
+  const fs::path dropped_recomputed =
+      run_to("dropped_recomputed", {"adapter.dropout=0.2", "model.activation_checkpointing=every_layer"});
+  run_to("dropped_resumed", {"adapter.dropout=0.2", "training.stop_at_step=5"});
+  const fs::path dropped_resumed = run_to("dropped_resumed", {"adapter.dropout=0.2"});
+  EXPECT_NE(train_records(dropped).back()["loss"], train_records(plain).back()["loss"]) << "dropout did nothing";
+  const std::vector<std::pair<fs::path, fs::path>> pairs = {
+      {plain, recomputed}, {plain, resumed}, {dropped, dropped_recomputed}, {dropped, dropped_resumed}};
+  for (const auto& [plain, other] : pairs) {
     const auto a = train_records(plain), b = train_records(other);
     ASSERT_EQ(a.size(), 8u);
     ASSERT_EQ(b.size(), 8u) << other;
@@ -120,8 +130,21 @@ TEST(LoraTraining, CheckpointingAndResumeChangeNothing) {
     ASSERT_EQ(x.size(), y.size());
     for (const auto& [name, t] : x) EXPECT_TRUE(at::equal(t, y.at(name))) << other << " " << name;
   }
-  // The base stays as it was: a fresh adapter starts from PEFT's init, B = 0, so step 1's loss is the base's.
-  EXPECT_GT(train_records(plain).front()["loss"].get<double>(), 0.0);
+  // fptrain eval --checkpoint <a LoRA checkpoint> evaluates the adapters on model.path: the same loss
+  // as an evaluation of the same adapters through adapter.from.
+  const std::string cfg = (dir / "plain.yaml").string();
+  const CommandResult by_checkpoint = run_fptrain({"eval", cfg, "--json", "--checkpoint", final_checkpoint(plain, 8).string()});
+  ASSERT_EQ(by_checkpoint.exit_code, 0) << by_checkpoint.output;
+  const CommandResult base = run_fptrain({"eval", cfg, "--json"});  // adapter.type lora without from: B = 0, the base
+  ASSERT_EQ(base.exit_code, 0) << base.output;
+  auto loss_of = [](const std::string& out) {
+    return nlohmann::json::parse(out.substr(out.rfind("{\""))).at("loss").get<double>();
+  };
+  EXPECT_LT(loss_of(by_checkpoint.output), loss_of(base.output)) << "the trained adapters lower the loss";
+  // Fresh adapters (B = 0) leave the base as it is.
+  const CommandResult full = run_fptrain({"eval", cfg, "--json", "--set", "adapter.type=none"});
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  EXPECT_NEAR(loss_of(base.output), loss_of(full.output), 1e-7 * loss_of(full.output));
 }
 
 TEST(LoraTraining, ErrorsNameTheKey) {
