@@ -15,6 +15,10 @@ SHAPES = {
     "llama2-7b": ("llama", dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                                 num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096,
                                 rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False)),
+    # Llama-3.1-8B (vocab 128256, GQA 32/8): the LoRA benchmark's shape.
+    "llama3-8b": ("llama", dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                                num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192,
+                                rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=False)),
     "mistral-7b": ("mistral", dict(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                                    num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=32768,
                                    rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=4096,

@@ -171,6 +171,10 @@ def main():
     ap.add_argument("--liger", action="store_true",
                     help="Liger Kernel's fused RMSNorm, RoPE, SwiGLU and linear + cross-entropy "
                          "(apply_liger_kernel_to_<model_type>: llama, mistral, qwen2, qwen3, phi3)")
+    ap.add_argument("--lora", type=int, default=0,
+                    help="rank of PEFT LoRA adapters on q, k, v, o, gate, up and down (0: full fine-tuning); "
+                         "PEFT's defaults otherwise (fp32 adapters on the bf16 base)")
+    ap.add_argument("--lora-alpha", type=float, default=0, help="LoRA alpha (default 2 x rank)")
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-shuffle", action="store_true",
@@ -243,11 +247,20 @@ def main():
             model.activation_checkpointing_enable(activation_checkpointing_kwargs=ckpt)
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=ckpt)
-    model.train()
     num_parameters = sum(p.numel() for p in model.parameters())
+    if a.lora:
+        from peft import LoraConfig, get_peft_model
+        targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+        if model.config.model_type == "phi3":
+            targets = ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]
+        model = get_peft_model(model, LoraConfig(r=a.lora, lora_alpha=a.lora_alpha or 2 * a.lora, lora_dropout=0.0,
+                                                 target_modules=targets, task_type="CAUSAL_LM"))
+        attn_label += f" + PEFT LoRA r{a.lora}"
+    model.train()
+    trained = [p for p in model.parameters() if p.requires_grad]
     net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank] if use_cuda else None) \
         if distributed else model
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, fused=use_cuda)
+    opt = torch.optim.AdamW(trained, lr=a.lr, fused=use_cuda)
 
     def sync():
         if use_cuda:
@@ -276,7 +289,7 @@ def main():
                 loss.backward()
             step_loss = step_loss + loss.detach()
         loss = step_loss
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(trained, 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(loss.detach())

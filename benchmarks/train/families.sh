@@ -9,6 +9,10 @@
 #                 + Liger Kernel (apply_liger_kernel_to_<family>) without, and with, checkpointing
 # Liger travels as a wheel in .whl/. Writes $OUT/families.{json,md} (families_report.py).
 #   FPTRAIN_FAMILY_SHAPES="qwen2.5-7b qwen3-8b" FPTRAIN_BUILD_DIR=build-gpu OUT=out benchmarks/train/families.sh
+# FPTRAIN_FAMILY_LORA=16: LoRA of that rank (alpha 2 r) on every projection instead, on both sides
+# (transformers + PEFT, its adapters in fp32 as PEFT's defaults make them, + Liger; the peft wheel in
+# .whl/ too): fptrain with no, selective, every-layer and auto checkpointing; FPTRAIN_FAMILY_PROFILE=1
+# also profiles fptrain's auto run (steps 6-8: $OUT/profile-<shape>.md).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD_DIR=${FPTRAIN_BUILD_DIR:-$ROOT/build-gpu}
@@ -19,6 +23,9 @@ PYTHON=/opt/torch/.venv/bin/python
 [ -x "$PYTHON" ] || PYTHON=$ROOT/.venv/bin/python
 TOOLS=$ROOT/benchmarks/distributed/bench_tools.py
 STEPS=${FPTRAIN_FAMILY_STEPS:-30}
+LORA=${FPTRAIN_FAMILY_LORA:-0}
+ADAPTER=""
+[ "$LORA" -gt 0 ] && ADAPTER="adapter: {type: lora, r: $LORA, alpha: $((2 * LORA)), target_modules: all-linear}"
 SHAPES=${FPTRAIN_FAMILY_SHAPES:-"qwen2.5-7b qwen3-8b"}
 mkdir -p "$OUT" "$WORK"
 cd "$ROOT" || exit 1
@@ -33,9 +40,9 @@ results=()
 # FPTRAIN_FAMILY_ONLY="fptrain-selective-bf16-adamw ...": only these rows.
 wanted() { [ -z "${FPTRAIN_FAMILY_ONLY:-}" ] || [[ " $FPTRAIN_FAMILY_ONLY " == *" $1 "* ]]; }
 
-fp() {  # shape, name, checkpointing, master weights
+fp() {  # shape, name, checkpointing, master weights[, more fptrain arguments]
   wanted "$2" || return 0
-  local shape=$1 name=$1-$2 run=$WORK/run-$1-$2
+  local shape=$1 name=$1-$2 run=$WORK/run-$1-$2 more=${5:-}
   rm -rf "$run"
   cat > "$WORK/$name.yaml" <<YAML
 model: {path: $WORK/$shape, dtype: bfloat16, activation_checkpointing: $3}
@@ -49,10 +56,15 @@ checkpoint: {save_final: false}
 output_dir: $run
 resume: none
 device: cuda
+$ADAPTER
 YAML
-  if timeout 300 "$FPTRAIN" train "$WORK/$name.yaml" > "$OUT/families-$name.log" 2>&1; then
+  # shellcheck disable=SC2086  # $more: words
+  if timeout 300 "$FPTRAIN" train "$WORK/$name.yaml" $more > "$OUT/families-$name.log" 2>&1; then
     "$PYTHON" "$TOOLS" fptrain-run --run "$run" --name "$name" --world-size 1 --examples-per-gpu 4 > "$WORK/$name.json" &&
       results+=("$WORK/$name.json") && echo "$name: $(cut -c1-160 "$WORK/$name.json")"
+    if [ -s "$run/profile_trace.json" ]; then
+      "$PYTHON" "$ROOT/benchmarks/train/profile_report.py" "$run" > /dev/null && cp "$run/profile.md" "$OUT/profile-$shape.md"
+    fi
   else
     echo "FAILED $name"; tail -3 "$OUT/families-$name.log"
   fi
@@ -60,6 +72,7 @@ YAML
 hf() {  # shape, name, extra args...
   wanted "$2" || return 0
   local shape=$1 name=$1-$2; shift 2
+  [ "$LORA" -gt 0 ] && set -- "$@" --lora "$LORA"
   if timeout 300 "$PYTHON" benchmarks/distributed/hf_ddp.py --model "$WORK/$shape" --data "$WORK/flan.jsonl" --no-shuffle \
        --batch 4 --steps "$STEPS" --warmup 5 --name "$name" "$@" > "$WORK/$name.out" 2> "$OUT/families-$name.log"; then
     grep '^{' "$WORK/$name.out" | tail -1 > "$WORK/$name.json" && results+=("$WORK/$name.json") &&
@@ -71,13 +84,24 @@ hf() {  # shape, name, extra args...
 for shape in $SHAPES; do
   "$PYTHON" "$TOOLS" make-model --out "$WORK/$shape" --tokenizer-from "$WORK/tok" --shape "$shape" \
     >> "$OUT/families-prep.log" 2>&1 || { echo "FAILED making $shape"; continue; }
-  fp "$shape" fptrain-auto auto true
-  fp "$shape" fptrain-auto-bf16-adamw auto false
-  fp "$shape" fptrain-selective-bf16-adamw selective false  # its best at the peer's memory
-  fp "$shape" fptrain-ckpt-bf16-adamw every_layer false
-  hf "$shape" hf-fa2-ckpt
-  hf "$shape" hf-liger-nockpt --liger --no-checkpointing
-  hf "$shape" hf-liger-ckpt --liger
+  if [ "$LORA" -gt 0 ]; then  # the adapters' optimizer state is tiny: fp32 masters only
+    profile=""; [ "${FPTRAIN_FAMILY_PROFILE:-0}" = 1 ] && profile="--set logging.profile_steps=3"
+    fp "$shape" fptrain-lora-none none true
+    fp "$shape" fptrain-lora-selective selective true
+    fp "$shape" fptrain-lora-ckpt every_layer true
+    fp "$shape" fptrain-lora-auto auto true "$profile"
+    hf "$shape" hf-peft-fa2-ckpt
+    hf "$shape" hf-peft-liger-nockpt --liger --no-checkpointing
+    hf "$shape" hf-peft-liger-ckpt --liger
+  else
+    fp "$shape" fptrain-auto auto true
+    fp "$shape" fptrain-auto-bf16-adamw auto false
+    fp "$shape" fptrain-selective-bf16-adamw selective false  # its best at the peer's memory
+    fp "$shape" fptrain-ckpt-bf16-adamw every_layer false
+    hf "$shape" hf-fa2-ckpt
+    hf "$shape" hf-liger-nockpt --liger --no-checkpointing
+    hf "$shape" hf-liger-ckpt --liger
+  fi
   rm -rf "${WORK:?}/$shape"  # disk: one shape at a time
 done
 "$PYTHON" "$ROOT/benchmarks/train/families_report.py" "$OUT" "${results[@]}"
