@@ -219,6 +219,35 @@ def make_lora(name, model, ids, labels, positions, out_dir, generator):
     save_file(golden, out_dir / f"{name}-lora-golden.safetensors")
 
 
+def make_nf4(out_dir):
+    """bitsandbytes' NF4 with double quantisation (QLoRA's storage) of a few weights: odd sizes
+    (a last block shorter than 64 and an odd count of indices), bf16 and fp32, more than one
+    block of 256 maxima, an all-zero block."""
+    import bitsandbytes.functional as bnbf
+    # The reference dequantisation (flat blocks of 64, code * absmax in fp32, one rounding), which
+    # bitsandbytes' CUDA kernels compute; its CPU kernel treats rows that are not whole blocks otherwise.
+    from bitsandbytes.backends.default.ops import _dequantize_4bit_compute
+    from bitsandbytes.backends.utils import _get_4bit_code
+    gen = torch.Generator().manual_seed(77)
+    weights = {"a": torch.randn(96, 64, generator=gen), "b": torch.randn(64, 112, generator=gen).to(torch.bfloat16),
+               "c": 0.02 * torch.randn(7, 37, generator=gen), "d": torch.randn(512, 160, generator=gen) *
+               torch.linspace(0.01, 3.0, 160)}
+    weights["d"][3, :64] = 0.0
+    golden = {}
+    for name, w in weights.items():
+        packed, state = bnbf.quantize_4bit(w, blocksize=64, quant_type="nf4", compress_statistics=True)
+        golden[f"{name}.weight"] = w
+        golden[f"{name}.codes"] = packed.reshape(-1).contiguous()
+        golden[f"{name}.absmax_codes"] = state.absmax.contiguous()
+        golden[f"{name}.absmax_scales"] = state.state2.absmax.contiguous()
+        golden[f"{name}.absmax_offset"] = state.offset.reshape(()).clone()
+        absmax = bnbf.dequantize_blockwise(state.absmax, state.state2) + state.offset
+        golden[f"{name}.dequantized"] = _dequantize_4bit_compute(packed.reshape(-1), absmax, _get_4bit_code("nf4", w.device),
+                                                                 64, w.shape, w.dtype).contiguous()
+    golden["dynamic_map"] = bnbf.create_dynamic_map(signed=True)
+    save_file(golden, out_dir / "nf4-golden.safetensors")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, type=pathlib.Path)
@@ -228,6 +257,7 @@ def main():
     for seed, name in enumerate(MODELS):
         make(name, args.out, 1000 + seed)
         print(f"made {name}")
+    make_nf4(args.out)
 
 
 if __name__ == "__main__":
