@@ -233,14 +233,15 @@ TensorMap load_pretrained_weights(const fs::path& model_dir, const ModelConfig& 
       } else {
         dst.copy_(file->view(*e));  // one pass from the mapping, converting on the way
       }
-      out.emplace(e->name, std::move(dst));
+      out.emplace(e->name, options.keep ? options.keep(e->name, dst) : std::move(dst));
     }
     return out;
   }
   PinnedUploader uploader(device, options);
   for (const auto& [file, e] : order) {
     at::Tensor t = uploader.upload(*file, *e);
-    out.emplace(e->name, t.scalar_type() == dtype ? t : t.to(dtype));  // converts on the device
+    at::Tensor converted = t.scalar_type() == dtype ? t : t.to(dtype);  // converts on the device
+    out.emplace(e->name, options.keep ? options.keep(e->name, converted) : std::move(converted));
   }
   uploader.finish();
   return out;

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -35,6 +36,10 @@ TensorMap load_pretrained_weights(const std::filesystem::path& model_dir, const 
 struct LoadOptions {
   ByteReader reader = ByteReader::kPread;  // file -> host memory
   int64_t staging_bytes = 64ll << 20;     // each of the two pinned buffers (CUDA)
+  // What the result keeps of each tensor once it is on the device in the target
+  // dtype (null: the tensor). Called in loading order, one tensor at a time, so a
+  // conversion here (QLoRA's quantisation) never holds the whole model at once.
+  std::function<at::Tensor(const std::string& name, const at::Tensor& tensor)> keep;
 };
 TensorMap load_pretrained_weights(const std::filesystem::path& model_dir, const ModelConfig& config,
                                   at::ScalarType dtype, at::Device device, const LoadOptions& options);

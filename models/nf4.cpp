@@ -82,7 +82,7 @@ Blockwise quantize_blockwise(const at::Tensor& flat, int64_t block, const at::Te
 at::Tensor dequantize_blockwise(const at::Tensor& codes, const at::Tensor& absmax, int64_t block,
                                 const at::Tensor& levels) {
   const int64_t n = codes.numel(), full = n - n % block;
-  const at::Tensor values = levels.index_select(0, codes.to(at::kLong));
+  const at::Tensor values = levels.index_select(0, codes.to(at::kInt));
   at::Tensor out = (values.narrow(0, 0, full).view({full / block, block}) *
                     absmax.narrow(0, 0, full / block).unsqueeze(1)).reshape(-1);
   if (full < n) out = at::cat({out, values.narrow(0, full, n - full) * absmax[full / block]});

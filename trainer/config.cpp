@@ -737,8 +737,6 @@ void validate(const TrainConfig& c) {
     bad("logging.eval_interval", "is set but data.eval is not");
   if (c.adapter.type == AdapterType::kNone && (!c.adapter.from.empty() || c.adapter.save_merged))
     bad(c.adapter.from.empty() ? "adapter.save_merged" : "adapter.from", "needs adapter.type lora or qlora");
-  if (c.adapter.type == AdapterType::kQlora)
-    bad("adapter.type", "qlora (a 4-bit NF4 base) is not available yet; use lora (a frozen bf16 base)");
 }
 
 std::string to_yaml(const TrainConfig& config) {

@@ -4,6 +4,7 @@
 #include "models/checkpoint.h"
 #include "models/lora_ops.h"
 #include "models/peft_format.h"
+#include "common/byte_units.h"
 #include "models/model_config.h"
 #include "models/parameter_layout.h"
 #include "trainer/activation_checkpointing.h"
@@ -87,6 +88,7 @@ void set_model_ops(LoadedModel& m, const TrainConfig& config, const at::Device& 
                    std::shared_ptr<models::GradSinks> sinks, bool dropout_active) {
   std::shared_ptr<const models::DecoderOps> ops =
       models::make_decoder_ops(device, config.model.fused_ops, m.backend, std::move(sinks));
+  if (m.nf4) ops = std::make_shared<models::Nf4Ops>(std::move(ops), m.nf4);
   if (m.adapter) ops = std::make_shared<models::LoraOps>(std::move(ops), m.adapter, dropout_active);
   m.model->set_ops(std::move(ops));
 }
@@ -101,10 +103,22 @@ LoadedModel open_model(const TrainConfig& config, const at::Device& device, cons
   m.dtype = resolve_dtype(config.model.dtype, device);
   m.backend = resolve_backend(config.model.attention, device, m.config, m.dtype);
   const bool adapted = config.adapter.type != AdapterType::kNone;
-  models::TensorMap params = models::load_pretrained_weights(weights_dir, m.config, m.dtype, device);
+  // QLoRA: each projection is quantised as it loads; the model's map keeps its shape.
+  const bool quantized = config.adapter.type == AdapterType::kQlora;
+  models::Nf4Loader nf4;
+  models::LoadOptions load;
+  if (quantized) load.keep = [&nf4](const std::string& name, const at::Tensor& t) { return nf4.keep(name, t); };
+  models::TensorMap params = models::load_pretrained_weights(weights_dir, m.config, m.dtype, device, load);
   if (trainable && !adapted)
     for (auto& [name, t] : params) t.requires_grad_(true);
   m.model = std::make_unique<models::CausalLM>(m.config, std::move(params), m.backend);
+  if (quantized) {
+    const int64_t before = static_cast<int64_t>(c10::elementSize(m.dtype)) * m.config.num_parameters();
+    m.nf4 = models::Nf4Weights::from(nf4.take(), m.model->projections());
+    log::info("qlora: the base's " + std::to_string(m.model->projections().size()) + " projections in NF4 (" +
+              common::gib_text(m.nf4->nbytes()) + "; the model was " + common::gib_text(before) + " in " +
+              models::dtype_name(m.dtype) + "), dequantised for each product");
+  }
   if (adapted) {
     m.adapter = open_adapter(config, m, device, adapter_dir);
     if (trainable)

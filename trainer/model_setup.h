@@ -12,6 +12,7 @@
 #include "models/causal_lm.h"
 #include "models/grad_sinks.h"
 #include "models/lora_adapter.h"
+#include "models/nf4_ops.h"
 #include "trainer/config.h"
 
 #include <ATen/ATen.h>
@@ -58,6 +59,8 @@ struct LoadedModel {
   std::shared_ptr<CheckpointSwitch> checkpointing;  // model.activation_checkpointing's runners
   // adapter.type lora: the adapters that train (the model's own parameters are frozen); else null.
   std::shared_ptr<models::LoraAdapter> adapter;
+  // adapter.type qlora: the base projections in NF4 (their full-precision tensors released); else null.
+  std::shared_ptr<models::Nf4Weights> nf4;
 
   // What the optimizer trains, in model order: the adapters' tensors, or every parameter.
   NamedTensors trained() const;
@@ -66,7 +69,8 @@ struct LoadedModel {
 // The model of a run: config.json and weights from `weights_dir` (model.path,
 // or the checkpoint a full fine-tune resumes from), in the configured dtype and
 // attention backend for `device`, with activation checkpointing as configured.
-// With adapter.type lora the base is frozen and the adapters come from
+// With adapter.type lora (qlora: its projections quantised to NF4 after loading)
+// the base is frozen and the adapters come from
 // `adapter_dir` (the checkpoint a run resumes from), else adapter.from, else
 // PEFT's initialisation (seeded with training.seed). What trains requires grad
 // when `trainable` (and adapter dropout is active only then).
@@ -74,7 +78,7 @@ LoadedModel open_model(const TrainConfig& config, const at::Device& device, cons
                        bool trainable, const std::optional<std::filesystem::path>& adapter_dir = std::nullopt);
 
 // The model's op set for `device` (fused where it runs), sending the projections'
-// weight gradients to `sinks` when given, with the adapters on top.
+// weight gradients to `sinks` when given, the NF4 base over it and the adapters on top.
 void set_model_ops(LoadedModel& m, const TrainConfig& config, const at::Device& device,
                    std::shared_ptr<models::GradSinks> sinks = nullptr, bool dropout_active = true);
 

@@ -524,7 +524,9 @@ void Run::save_merged() {
   if (!leader()) return;
   const auto start = Clock::now();
   const fs::path dir = output_dir_ / "merged";
-  const models::TensorMap merged = models::merge_lora(model_.model->parameters(), *model_.adapter);
+  const models::TensorMap base = model_.nf4 ? model_.nf4->dequantized(model_.model->parameters(), model_.model->projections())
+                                            : model_.model->parameters();
+  const models::TensorMap merged = models::merge_lora(base, *model_.adapter);
   models::save_pretrained(dir, model_.config, merged, model_.dtype);
   copy_tokenizer_files(config_.model.path, dir);
   log::info("saved the merged model " + dir.string() + " (" + format_duration(seconds_since(start)) + ")");

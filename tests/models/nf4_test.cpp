@@ -5,6 +5,7 @@
 // weights, sizes that are not multiples of the block, several blocks of maxima
 // and an all-zero block.
 #include "models/nf4.h"
+#include "models/nf4_ops.h"
 #include "models/safetensors.h"
 #include "tests/models/model_test_util.h"
 
@@ -53,6 +54,46 @@ TEST_P(Nf4Golden, QuantisesAndDequantisesAsBitsandbytes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Weights, Nf4Golden, ::testing::Values("a", "b", "c", "d"));
+
+// A 4-bit base, quantised tensor by tensor while it loads: the model's map keeps only the
+// projections' shapes, and the model computes exactly what its dequantised weights compute
+// (logits, loss, and the gradient reaching the embeddings' output through every layer).
+TEST(Nf4, QuantisedWhileLoadingAndComputesItsDequantisedWeights) {
+  const std::filesystem::path dir = testing::fixture_dir(FPTRAIN_FIXTURE_DIR) / "qwen2";
+  const ModelConfig config = load_model_config(dir / "config.json");
+  Nf4Loader loader;
+  LoadOptions options;
+  options.keep = [&loader](const std::string& name, const at::Tensor& t) { return loader.keep(name, t); };
+  CausalLM quantized(config, load_pretrained_weights(dir, config, at::kFloat, at::kCPU, options),
+                     attention::Backend::kReference);
+  const auto weights = Nf4Weights::from(loader.take(), quantized.projections());
+  int64_t held = 0;
+  for (const Projection& p : quantized.projections()) held += p.weight->storage().nbytes();
+  EXPECT_EQ(held, static_cast<int64_t>(quantized.projections().size() * sizeof(float)));  // shapes only
+  quantized.set_ops(std::make_shared<Nf4Ops>(make_decoder_ops(at::kCPU, true, attention::Backend::kReference), weights));
+  CausalLM plain(config, weights->dequantized(quantized.parameters(), quantized.projections()),
+                 attention::Backend::kReference);
+  // The dequantised weights are near the originals (NF4's error), not equal.
+  const TensorMap original = load_pretrained_weights(dir, config, at::kFloat, at::kCPU);
+  const std::string q0 = "model.layers.0.self_attn.q_proj.weight";
+  const double err = ((plain.parameters().at(q0) - original.at(q0)).norm() / original.at(q0).norm()).item<double>();
+  EXPECT_GT(err, 1e-3);
+  EXPECT_LT(err, 0.15);
+  const testing::Golden golden(testing::fixture_dir(FPTRAIN_FIXTURE_DIR) / "qwen2-golden.safetensors");
+  const testing::Packed p = testing::pack(golden.examples(), at::kCPU);
+  EXPECT_TRUE(at::equal(quantized.logits(p.input), plain.logits(p.input)));
+  auto input_grad = [&](CausalLM& m) {
+    m.set_before_stage(nullptr);
+    const at::Tensor embed = m.parameters().at("model.embed_tokens.weight");  // shared by both models
+    embed.mutable_grad().reset();
+    embed.requires_grad_(true);
+    m.loss(p.input, p.labels).loss_sum.backward();
+    at::Tensor g = embed.grad().clone();
+    embed.requires_grad_(false);
+    return g;
+  };
+  EXPECT_TRUE(at::allclose(input_grad(quantized), input_grad(plain), 1e-6, 1e-9));
+}
 
 TEST(Nf4, RefusesWhatItCannotQuantise) {
   EXPECT_THROW(quantize_nf4(at::ones({4}, at::kLong)), std::invalid_argument);

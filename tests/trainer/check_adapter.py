@@ -21,15 +21,17 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--base", required=True)
     ap.add_argument("--adapter", required=True)
-    ap.add_argument("--merged", required=True)
+    ap.add_argument("--merged", help="fptrain's merged model folder to compare with PEFT's merge")
     ap.add_argument("--other-adapter")
     a = ap.parse_args()
     base = AutoModelForCausalLM.from_pretrained(a.base, dtype=torch.float32)
     model = PeftModel.from_pretrained(base, a.adapter)
     adapted = sum(1 for n, _ in model.named_modules() if n.endswith("lora_A"))
-    merged = model.merge_and_unload().state_dict()
-    ours = AutoModelForCausalLM.from_pretrained(a.merged, dtype=torch.float32).state_dict()
-    out = {"merged_max_rel": max(rel(ours[k], v) for k, v in merged.items()), "adapted_modules": adapted}
+    out = {"adapted_modules": adapted}
+    if a.merged:
+        merged = model.merge_and_unload().state_dict()
+        ours = AutoModelForCausalLM.from_pretrained(a.merged, dtype=torch.float32).state_dict()
+        out["merged_max_rel"] = max(rel(ours[k], v) for k, v in merged.items())
     if a.other_adapter:
         mine = load_file(f"{a.adapter}/adapter_model.safetensors")
         other = load_file(f"{a.other_adapter}/adapter_model.safetensors")

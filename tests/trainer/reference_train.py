@@ -51,11 +51,19 @@ def main():
     ap.add_argument("--clip", type=float, default=0.0)
     ap.add_argument("--adapter", help="a PEFT LoRA folder: train it on the frozen model (PeftModel)")
     ap.add_argument("--save-adapter", help="where to write the trained adapter (save_pretrained)")
+    ap.add_argument("--qlora", action="store_true",
+                    help="load the model in 4-bit NF4 with double quantisation (bitsandbytes), compute in fp32")
     a = ap.parse_args()
 
     torch.manual_seed(0)
     examples = [json.loads(line) for line in open(a.data) if line.strip()]
-    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32, attn_implementation="eager")
+    load = dict(dtype=torch.float32, attn_implementation="eager")
+    if a.qlora:
+        from transformers import BitsAndBytesConfig
+        load.update(device_map="cpu", quantization_config=BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=torch.float32))
+    model = AutoModelForCausalLM.from_pretrained(a.model, **load)
     if a.adapter:
         from peft import PeftModel
         model = PeftModel.from_pretrained(model, a.adapter, is_trainable=True)
