@@ -246,9 +246,10 @@ at::Tensor CausalLM::self_attention(const LayerWeights& w, const at::Tensor& x, 
     k = qkv.narrow(1, Hq * D, Hkv * D).view({T, Hkv, D});
     v = qkv.narrow(1, (Hq + Hkv) * D, Hkv * D).contiguous().view({T, Hkv, D});
   } else {
-    q = ops.linear(x, w.q).view({T, Hq, D});
-    k = ops.linear(x, w.k).view({T, Hkv, D});
-    v = ops.linear(x, w.v).view({T, Hkv, D});
+    const std::vector<at::Tensor> qkv = ops.linear_group(x, {&w.q, &w.k, &w.v});
+    q = qkv[0].view({T, Hq, D});
+    k = qkv[1].view({T, Hkv, D});
+    v = qkv[2].view({T, Hkv, D});
   }
   if (w.q_norm) {  // Qwen3: each head's RMSNorm before RoPE
     q = ops.norm(q, *w.q_norm, config_.rms_norm_eps);
@@ -269,9 +270,8 @@ at::Tensor CausalLM::mlp_block(int64_t layer, const at::Tensor& x, const Decoder
 // SwiGLU: down(silu(gate(x)) * up(x)).
 at::Tensor CausalLM::mlp(const LayerWeights& w, const at::Tensor& x, const DecoderOps& ops) const {
   if (w.fused()) return ops.linear(ops.gated_activation_packed(ops.linear(x, w.gate_up)), w.down);  // Phi-3
-  const at::Tensor gate = ops.linear(x, w.gate);
-  const at::Tensor up = ops.linear(x, w.up);
-  return ops.linear(ops.gated_activation(gate, up), w.down);
+  const std::vector<at::Tensor> gate_up = ops.linear_group(x, {&w.gate, &w.up});
+  return ops.linear(ops.gated_activation(gate_up[0], gate_up[1]), w.down);
 }
 
 const at::Tensor& CausalLM::head_weight() const {

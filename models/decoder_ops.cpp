@@ -28,6 +28,12 @@ at::Tensor DecoderOps::replayed_linear(const at::Tensor& x, const Projection& p)
   return replayed_sink_linear(x, *p.weight, p.bias ? *p.bias : at::Tensor(), sink(p));
 }
 
+std::vector<at::Tensor> DecoderOps::linear_group(const at::Tensor& x, const std::vector<const Projection*>& ps) const {
+  std::vector<at::Tensor> out;
+  for (const Projection* p : ps) out.push_back(linear(x, *p));
+  return out;
+}
+
 // Phi3MLP: up * silu(gate) on the halves (multiplication commutes exactly).
 at::Tensor DecoderOps::gated_activation_packed(const at::Tensor& gate_up) const {
   const int64_t half = gate_up.size(-1) / 2;

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace fptrain::models {
 
@@ -68,6 +69,12 @@ class DecoderOps : public std::enable_shared_from_this<DecoderOps> {
   // the input, never the product (replayed_sink_linear). Decorators that add
   // to a projection forward it to their inner set and add their own part.
   virtual at::Tensor replayed_linear(const at::Tensor& x, const Projection& p) const;
+  // Projections that read the same x (q, k, v; gate, up), each as linear() computes it.
+  // A set may run them together (LoraOps: one GEMM for their adapters' A matrices, one
+  // input gradient for all); the default runs them one by one.
+  virtual std::vector<at::Tensor> linear_group(const at::Tensor& x, const std::vector<const Projection*>& ps) const;
+  // The dense weight a projection's product uses (the parameter; NF4 sets: dequantised).
+  virtual at::Tensor base_weight(const Projection& p) const { return *p.weight; }
   // RoPE on q [T, Hq, D] and k [T, Hk, D].
   virtual RotaryOutput rotary(const at::Tensor& q, const at::Tensor& k, const RotaryTables& tables) const = 0;
   // Varlen attention over the packed examples: [T, Hq, D].

@@ -30,6 +30,10 @@ class GemmaOps : public DecoderOps {
   }
   at::Tensor gated_activation(const at::Tensor& gate, const at::Tensor& up) const override;
 
+  std::vector<at::Tensor> linear_group(const at::Tensor& x, const std::vector<const Projection*>& ps) const override {
+    return inner_->linear_group(x, ps);
+  }
+  at::Tensor base_weight(const Projection& p) const override { return inner_->base_weight(p); }
   attention::Backend backend() const override { return inner_->backend(); }
   GradSink* sink(const Projection& p) const override { return inner_->sink(p); }
 

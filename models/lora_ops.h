@@ -27,6 +27,9 @@ class LoraOps : public DecoderOps {
   }
   at::Tensor linear(const at::Tensor& x, const Projection& p) const override;
   at::Tensor replayed_linear(const at::Tensor& x, const Projection& p) const override;
+  // With every projection of the group adapted, a frozen base and no dropout: lora_group
+  // (models/lora_linear.h); else one projection at a time.
+  std::vector<at::Tensor> linear_group(const at::Tensor& x, const std::vector<const Projection*>& ps) const override;
   RotaryOutput rotary(const at::Tensor& q, const at::Tensor& k, const RotaryTables& tables) const override {
     return inner_->rotary(q, k, tables);
   }
@@ -41,6 +44,7 @@ class LoraOps : public DecoderOps {
     return inner_->gated_activation_packed(gate_up);
   }
 
+  at::Tensor base_weight(const Projection& p) const override { return inner_->base_weight(p); }
   attention::Backend backend() const override { return inner_->backend(); }
   GradSink* sink(const Projection& p) const override { return inner_->sink(p); }
 

@@ -98,6 +98,11 @@ at::Tensor Nf4Ops::linear(const at::Tensor& x, const Projection& p) const {
   return q ? nf4_linear(x, *q, p.bias ? *p.bias : at::Tensor()) : inner_->linear(x, p);
 }
 
+at::Tensor Nf4Ops::base_weight(const Projection& p) const {
+  const Nf4Tensor* q = weights_->at(p.slot);
+  return q ? dequantize_nf4(*q) : inner_->base_weight(p);
+}
+
 at::Tensor Nf4Ops::replayed_linear(const at::Tensor& x, const Projection& p) const {
   const Nf4Tensor* q = weights_->at(p.slot);
   return q ? nf4_linear(x, *q, p.bias ? *p.bias : at::Tensor(), /*replayed=*/true) : inner_->replayed_linear(x, p);

@@ -79,6 +79,8 @@ class Nf4Ops : public DecoderOps {
     return inner_->gated_activation_packed(gate_up);
   }
 
+  // The group one projection at a time through this set's linear (the quantised ones here).
+  at::Tensor base_weight(const Projection& p) const override;
   attention::Backend backend() const override { return inner_->backend(); }
   GradSink* sink(const Projection& p) const override { return inner_->sink(p); }
 

@@ -26,6 +26,11 @@ class RecomputeOps : public DecoderOps {
   AddRmsNormOutput add_norm(const at::Tensor& residual, const at::Tensor& update, const at::Tensor& weight,
                             double eps, double scale) const override;
   at::Tensor linear(const at::Tensor& x, const Projection& p) const override;
+  // Groups never feed only the residual: both runs compute them as the inner set does.
+  std::vector<at::Tensor> linear_group(const at::Tensor& x, const std::vector<const Projection*>& ps) const override {
+    return inner_->linear_group(x, ps);
+  }
+  at::Tensor base_weight(const Projection& p) const override { return inner_->base_weight(p); }
   RotaryOutput rotary(const at::Tensor& q, const at::Tensor& k, const RotaryTables& tables) const override;
   at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                        const attention::VarlenSpec& spec) const override;
