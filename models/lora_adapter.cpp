@@ -30,10 +30,6 @@ std::string join(const std::set<std::string>& names) {
 
 }  // namespace
 
-double LoraSettings::scale() const {
-  return rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
-}
-
 std::string lora_a_name(const std::string& module) { return "base_model.model." + module + ".lora_A.weight"; }
 std::string lora_b_name(const std::string& module) { return "base_model.model." + module + ".lora_B.weight"; }
 

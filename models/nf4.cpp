@@ -1,5 +1,7 @@
 #include "models/nf4.h"
 
+#include "models/cuda/fused_ops_cuda.h"
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -134,6 +136,12 @@ Nf4Tensor quantize_nf4(const at::Tensor& weight) {
 
 at::Tensor dequantize_nf4(const Nf4Tensor& q) {
   const at::Device device = q.codes.device();
+  // On an sm_90 GPU one fused pass (models/cuda/nf4_kernels.cu), the same values.
+  if (device.is_cuda() && q.numel() % 8 == 0 && cuda::kernels_built() && cuda::device_supported(device)) {
+    return cuda::nf4_dequantize(q.codes, q.absmax_codes, q.absmax_scales, q.absmax_offset,
+                                dynamic_map_levels(at::kCPU), nf4_levels(at::kCPU), q.numel(), q.dtype)
+        .view(q.shape);
+  }
   const at::Tensor absmax =
       dequantize_blockwise(q.absmax_codes, q.absmax_scales, kNf4AbsmaxBlockSize, dynamic_map_levels(device)) +
       q.absmax_offset;

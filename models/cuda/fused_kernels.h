@@ -137,4 +137,24 @@ struct SwigluBwdArgs {
 };
 void swiglu_backward(const SwigluBwdArgs& args, cudaStream_t stream);
 
+// ---- NF4 dequantisation (models/cuda/nf4_kernels.cu) -------------------------
+
+// bitsandbytes' NF4 with double-quantised block maxima (models/nf4.h) back to the
+// weight's dtype, in one pass: per block of 64 weights
+//   absmax = dynamic_map[absmax_code] * absmax_scale[block / 256] + offset   (fp32, unfused)
+//   w      = dtype(nf4_level[index] * absmax)                               (fp32 product, one rounding)
+// exactly what dequantize_nf4's ATen composition computes. numel a multiple of 8.
+struct Nf4DequantArgs {
+  Dtype dtype = Dtype::kBFloat16;
+  const uint8_t* codes = nullptr;         // [numel / 2], first index in the high nibble
+  const uint8_t* absmax_codes = nullptr;  // [numel / 64]
+  const float* absmax_scales = nullptr;   // [ceil(numel / 64 / 256)]
+  const float* absmax_offset = nullptr;   // [1], on the device
+  void* out = nullptr;                    // [numel]
+  int64_t numel = 0;
+  float dynamic_map[256] = {};            // by value: the launch carries them, nothing to copy first
+  float levels[16] = {};
+};
+void nf4_dequantize(const Nf4DequantArgs& args, cudaStream_t stream);
+
 }  // namespace fptrain::models::cuda

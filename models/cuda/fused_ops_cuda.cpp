@@ -8,6 +8,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace fptrain::models::cuda {
@@ -170,6 +171,29 @@ void swiglu_backward(const at::Tensor& grad, const at::Tensor& gate, const at::T
   a.rows = gate.size(0);
   a.cols = gate.size(1);
   swiglu_backward(a, at::cuda::getCurrentCUDAStream());
+}
+
+at::Tensor nf4_dequantize(const at::Tensor& codes, const at::Tensor& absmax_codes, const at::Tensor& absmax_scales,
+                          const at::Tensor& absmax_offset, const at::Tensor& dynamic_map, const at::Tensor& levels,
+                          int64_t numel, at::ScalarType dtype) {
+  const c10::cuda::CUDAGuard guard(codes.device());
+  const at::Tensor out = at::empty({numel}, codes.options().dtype(dtype));
+  Nf4DequantArgs a;
+  a.dtype = dtype_of(out);
+  if (!codes.is_contiguous() || !absmax_codes.is_contiguous() || !absmax_scales.is_contiguous() ||
+      dynamic_map.numel() != 256 || levels.numel() != 16 || !dynamic_map.is_cpu() || !levels.is_cpu())
+    throw std::invalid_argument("nf4_dequantize: contiguous codes and CPU tables of 256 and 16 values expected");
+  a.codes = codes.data_ptr<uint8_t>();
+  a.absmax_codes = absmax_codes.data_ptr<uint8_t>();
+  a.absmax_scales = absmax_scales.data_ptr<float>();
+  a.absmax_offset = absmax_offset.data_ptr<float>();
+  const at::Tensor map = dynamic_map.to(at::kFloat).contiguous(), lv = levels.to(at::kFloat).contiguous();
+  std::copy(map.data_ptr<float>(), map.data_ptr<float>() + 256, a.dynamic_map);
+  std::copy(lv.data_ptr<float>(), lv.data_ptr<float>() + 16, a.levels);
+  a.out = out.data_ptr();
+  a.numel = numel;
+  nf4_dequantize(a, at::cuda::getCurrentCUDAStream());
+  return out;
 }
 
 }  // namespace fptrain::models::cuda

@@ -51,4 +51,11 @@ at::Tensor swiglu_forward(const at::Tensor& gate, const at::Tensor& up);
 void swiglu_backward(const at::Tensor& grad, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& grad_gate,
                      const at::Tensor& grad_up);
 
+// NF4 back to `dtype` (models/nf4.h's dequantize_nf4 on CUDA): codes, absmax codes, scales and the
+// offset ([] or [1]) contiguous on one device; the dynamic map [256] and the levels [16] fp32 on the
+// CPU (they travel with the launch); numel a multiple of 8.
+at::Tensor nf4_dequantize(const at::Tensor& codes, const at::Tensor& absmax_codes, const at::Tensor& absmax_scales,
+                          const at::Tensor& absmax_offset, const at::Tensor& dynamic_map, const at::Tensor& levels,
+                          int64_t numel, at::ScalarType dtype);
+
 }  // namespace fptrain::models::cuda

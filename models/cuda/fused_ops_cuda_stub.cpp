@@ -36,4 +36,9 @@ void swiglu_backward(const at::Tensor&, const at::Tensor&, const at::Tensor&, co
   not_built();
 }
 
+at::Tensor nf4_dequantize(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                          const at::Tensor&, int64_t, at::ScalarType) {
+  not_built();
+}
+
 }  // namespace fptrain::models::cuda
