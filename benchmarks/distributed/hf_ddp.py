@@ -175,6 +175,9 @@ def main():
                     help="rank of PEFT LoRA adapters on q, k, v, o, gate, up and down (0: full fine-tuning); "
                          "PEFT's defaults otherwise (fp32 adapters on the bf16 base)")
     ap.add_argument("--lora-alpha", type=float, default=0, help="LoRA alpha (default 2 x rank)")
+    ap.add_argument("--qlora", action="store_true",
+                    help="with --lora: the base in 4-bit NF4 with double quantisation (bitsandbytes, bf16 compute), "
+                         "prepared as QLoRA recipes do (peft.prepare_model_for_kbit_training)")
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-shuffle", action="store_true",
@@ -231,7 +234,14 @@ def main():
     load = dict(dtype=dtype, attn_implementation=attn_name)
     if use_cuda and importlib.util.find_spec("accelerate") is not None:
         load["device_map"] = {"": device}
-    model = AutoModelForCausalLM.from_pretrained(a.model, **load).to(device)
+    if a.qlora:
+        from transformers import BitsAndBytesConfig
+        load["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=dtype)
+        load["device_map"] = {"": device}
+    model = AutoModelForCausalLM.from_pretrained(a.model, **load)
+    if not a.qlora:
+        model = model.to(device)
     model.config.use_cache = False
     if a.liger:
         import liger_kernel.transformers as liger
@@ -249,13 +259,16 @@ def main():
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=ckpt)
     num_parameters = sum(p.numel() for p in model.parameters())
     if a.lora:
-        from peft import LoraConfig, get_peft_model
+        from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+        if a.qlora:
+            model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=not a.no_checkpointing,
+                                                    gradient_checkpointing_kwargs={"use_reentrant": False})
         targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
         if model.config.model_type == "phi3":
             targets = ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]
         model = get_peft_model(model, LoraConfig(r=a.lora, lora_alpha=a.lora_alpha or 2 * a.lora, lora_dropout=0.0,
                                                  target_modules=targets, task_type="CAUSAL_LM"))
-        attn_label += f" + PEFT LoRA r{a.lora}"
+        attn_label += f" + PEFT {'QLoRA (bitsandbytes NF4)' if a.qlora else 'LoRA'} r{a.lora}"
     model.train()
     trained = [p for p in model.parameters() if p.requires_grad]
     net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank] if use_cuda else None) \

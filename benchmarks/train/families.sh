@@ -12,7 +12,8 @@
 # FPTRAIN_FAMILY_LORA=16: LoRA of that rank (alpha 2 r) on every projection instead, on both sides
 # (transformers + PEFT, its adapters in fp32 as PEFT's defaults make them, + Liger; the peft wheel in
 # .whl/ too): fptrain with no, selective, every-layer and auto checkpointing; FPTRAIN_FAMILY_PROFILE=1
-# also profiles fptrain's auto run (steps 6-8: $OUT/profile-<shape>.md).
+# also profiles fptrain's auto run (steps 6-8: $OUT/profile-<shape>.md). FPTRAIN_FAMILY_ADAPTER=qlora: the
+# same on a 4-bit NF4 base on both sides (the peer: bitsandbytes, whose wheel goes in .whl/ as well).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD_DIR=${FPTRAIN_BUILD_DIR:-$ROOT/build-gpu}
@@ -24,8 +25,9 @@ PYTHON=/opt/torch/.venv/bin/python
 TOOLS=$ROOT/benchmarks/distributed/bench_tools.py
 STEPS=${FPTRAIN_FAMILY_STEPS:-30}
 LORA=${FPTRAIN_FAMILY_LORA:-0}
+ADAPTER_TYPE=${FPTRAIN_FAMILY_ADAPTER:-lora}
 ADAPTER=""
-[ "$LORA" -gt 0 ] && ADAPTER="adapter: {type: lora, r: $LORA, alpha: $((2 * LORA)), target_modules: all-linear}"
+[ "$LORA" -gt 0 ] && ADAPTER="adapter: {type: $ADAPTER_TYPE, r: $LORA, alpha: $((2 * LORA)), target_modules: all-linear}"
 SHAPES=${FPTRAIN_FAMILY_SHAPES:-"qwen2.5-7b qwen3-8b"}
 mkdir -p "$OUT" "$WORK"
 cd "$ROOT" || exit 1
@@ -73,6 +75,7 @@ hf() {  # shape, name, extra args...
   wanted "$2" || return 0
   local shape=$1 name=$1-$2; shift 2
   [ "$LORA" -gt 0 ] && set -- "$@" --lora "$LORA"
+  [ "$LORA" -gt 0 ] && [ "$ADAPTER_TYPE" = qlora ] && set -- "$@" --qlora
   if timeout 300 "$PYTHON" benchmarks/distributed/hf_ddp.py --model "$WORK/$shape" --data "$WORK/flan.jsonl" --no-shuffle \
        --batch 4 --steps "$STEPS" --warmup 5 --name "$name" "$@" > "$WORK/$name.out" 2> "$OUT/families-$name.log"; then
     grep '^{' "$WORK/$name.out" | tail -1 > "$WORK/$name.json" && results+=("$WORK/$name.json") &&
@@ -86,13 +89,14 @@ for shape in $SHAPES; do
     >> "$OUT/families-prep.log" 2>&1 || { echo "FAILED making $shape"; continue; }
   if [ "$LORA" -gt 0 ]; then  # the adapters' optimizer state is tiny: fp32 masters only
     profile=""; [ "${FPTRAIN_FAMILY_PROFILE:-0}" = 1 ] && profile="--set logging.profile_steps=3"
-    fp "$shape" fptrain-lora-none none true
-    fp "$shape" fptrain-lora-selective selective true
-    fp "$shape" fptrain-lora-ckpt every_layer true
-    fp "$shape" fptrain-lora-auto auto true "$profile"
-    hf "$shape" hf-peft-fa2-ckpt
-    hf "$shape" hf-peft-liger-nockpt --liger --no-checkpointing
-    hf "$shape" hf-peft-liger-ckpt --liger
+    a=$ADAPTER_TYPE
+    fp "$shape" fptrain-$a-none none true
+    fp "$shape" fptrain-$a-selective selective true
+    fp "$shape" fptrain-$a-ckpt every_layer true
+    fp "$shape" fptrain-$a-auto auto true "$profile"
+    hf "$shape" hf-peft-$a-fa2-ckpt
+    hf "$shape" hf-peft-$a-liger-nockpt --liger --no-checkpointing
+    hf "$shape" hf-peft-$a-liger-ckpt --liger
   else
     fp "$shape" fptrain-auto auto true
     fp "$shape" fptrain-auto-bf16-adamw auto false
