@@ -19,6 +19,9 @@
 #                       convergence.json, convergence.md and convergence.png in the --out folder
 #   --convergence-only  the convergence study alone
 #   --convergence-examples  its training examples (default 20000; --smoke: 96)
+#   --convergence-data  flan (default: FLAN-like generated text) or real (scripts/make_real_dataset.py:
+#                       the documentation of the installed torch as instruction pairs, its own held-out
+#                       split as the evaluation set, a tokenizer trained on it)
 #   --modes      fptrain modes (default pad,flatten,pack,fixed,fixed-nopos; none: no fptrain run)
 #   --peer-modes transformers modes (default flatten,pad; none: no peer run)
 #   --report-only  no runs: the table and plots from the run results already in the work folder's json/
@@ -36,8 +39,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT" || exit 1
 
 SMOKE=0 GPUS=1 MODELS="" DATASETS="flan,orcamath" EXAMPLES="" OUT_DIR="" CONVERGENCE=0 MAIN=1 CONV_EXAMPLES=""
-MODES="pad,flatten,pack,fixed,fixed-nopos" PEER_MODES_ARG="flatten,pad" REPORT_ONLY=0 SKIP_DONE=0 FP_SETS=()
-usage() { sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+MODES="pad,flatten,pack,fixed,fixed-nopos" PEER_MODES_ARG="flatten,pad" REPORT_ONLY=0 SKIP_DONE=0 FP_SETS=() CONV_DATA=flan
+usage() { sed -n '2,32p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case $1 in
     --smoke) SMOKE=1 ;;
@@ -49,6 +52,7 @@ while [ $# -gt 0 ]; do
     --convergence) CONVERGENCE=1 ;;
     --convergence-only) CONVERGENCE=1 MAIN=0 ;;
     --convergence-examples) CONV_EXAMPLES=$2; shift ;;
+    --convergence-data) CONV_DATA=$2; shift ;;
     --modes) MODES=$2; shift ;;
     --peer-modes) PEER_MODES_ARG=$2; shift ;;
     --report-only) REPORT_ONLY=1 ;;
@@ -163,7 +167,7 @@ if [ "$MAIN" = 1 ]; then
        "modes fptrain {${FP_MODES[*]}} + transformers {${PEER_MODES[*]}}, $EXAMPLES examples each," \
        "$GPUS process(es) per run, device $DEVICE"
 fi
-[ "$CONVERGENCE" = 1 ] && echo "reproduce.sh: convergence study: $CONV_PRESET model, flan, $CONV_EXAMPLES examples," \
+[ "$CONVERGENCE" = 1 ] && echo "reproduce.sh: convergence study: $CONV_PRESET model, $CONV_DATA, $CONV_EXAMPLES examples," \
   "modes {${CONV_MODES[*]}}"
 echo "reproduce.sh: $n_runs runs; estimated $((est / 60)) min $((est % 60)) s (a rough guess)"
 START=$(date +%s)
@@ -179,7 +183,13 @@ make_data() {  # profile examples: the training file and the evaluation file
     --out "$eval" || exit 1
 }
 [ "$REPORT_ONLY" = 1 ] || for d in "${DATASET_LIST[@]}"; do make_data "$d" "$EXAMPLES"; done
-[ "$CONVERGENCE" = 1 ] && make_data flan "$CONV_EXAMPLES"
+case $CONV_DATA in
+  flan) [ "$CONVERGENCE" = 1 ] && make_data flan "$CONV_EXAMPLES" ;;
+  real) [ "$CONVERGENCE" = 1 ] && { [ -s "$WORK/data/real-$CONV_EXAMPLES.jsonl" ] ||
+          "$PYTHON" scripts/make_real_dataset.py --out "$WORK/data/real-$CONV_EXAMPLES.jsonl" \
+            --examples "$CONV_EXAMPLES" --stats "$WORK/data/real-$CONV_EXAMPLES.stats.json" || exit 1; } ;;
+  *) echo "reproduce.sh: --convergence-data is flan or real, not $CONV_DATA" >&2; exit 2 ;;
+esac
 
 # ---- models (made once) ----------------------------------------------------------------------
 # The tokenizer (and with it the seeded random model) comes from one fixed corpus, FLAN-like, 1600
@@ -300,21 +310,26 @@ done
 if [ "$CONVERGENCE" = 1 ]; then
   cm=$WORK/models/convergence-$CONV_PRESET ctrain=$WORK/data/flan-$CONV_EXAMPLES.jsonl
   ceval=$WORK/data/flan-eval-$EVAL_EXAMPLES.jsonl cruns=()
+  if [ "$CONV_DATA" = real ]; then  # its own held-out split; a model (and tokenizer) of its own text
+    cm=$WORK/models/convergence-$CONV_PRESET-real ctrain=$WORK/data/real-$CONV_EXAMPLES.jsonl
+    ceval=$WORK/data/real-$CONV_EXAMPLES-eval.jsonl
+  fi
   [ -s "$cm/config.json" ] || "$FPTRAIN" init "$cm" --preset "$CONV_PRESET" --corpus "$ctrain" \
     > "$LOGS/init-convergence-$CONV_PRESET.log" 2>&1 ||
     { echo "fptrain init failed:"; tail -5 "$LOGS/init-convergence-$CONV_PRESET.log"; exit 1; }
   for mode in "${CONV_MODES[@]}"; do
-    name=convergence-$CONV_PRESET-flan-$mode cfg=$WORK/runs/convergence-$CONV_PRESET-flan-$mode.yaml
+    name=convergence-$CONV_PRESET-$CONV_DATA-$mode cfg=$WORK/runs/convergence-$CONV_PRESET-$CONV_DATA-$mode.yaml
     write_cfg "$cfg" "$WORK/runs/$name" "$cm" "$ctrain" "$ceval" "$mode" "$CONV_LR" 0 "$DTYPE" none
     # the mode's steps per epoch from fptrain's own data report (one rank's; divided among GPUS ranks)
     csteps=$("$FPTRAIN" data "$cfg" 2>> "$LOGS/$name.log" | awk -v m="${mode%-nopos}" '$1 == m {print $3; exit}')
     csteps=${csteps:-$(( CONV_EXAMPLES / (PER_GPU * GRAD_ACCUM) ))}
     cwarm=$(( (csteps * 3 / GPUS + 50) / 100 )); [ "$cwarm" -ge 1 ] || cwarm=1
     write_cfg "$cfg" "$WORK/runs/$name" "$cm" "$ctrain" "$ceval" "$mode" "$CONV_LR" "$cwarm" "$DTYPE" none
-    train_run "$name" "$cfg" "$CONV_PRESET" flan "$mode"
+    train_run "$name" "$cfg" "$CONV_PRESET" "$CONV_DATA" "$mode"
     cruns+=("$WORK/json/$name.json")
   done
-  cnote="fptrain init --preset $CONV_PRESET, one initialisation for every mode; FLAN-like data, $CONV_EXAMPLES examples,
+  cdata="FLAN-like data"; [ "$CONV_DATA" = real ] && cdata="real text (the installed torch's documentation as instruction pairs, scripts/make_real_dataset.py)"
+  cnote="fptrain init --preset $CONV_PRESET, one initialisation for every mode; $cdata, $CONV_EXAMPLES examples,
 one epoch, max length $MAX_LEN; peak lr $CONV_LR for every mode, linear warm-up over ~3% of the mode's steps,
 cosine decay to 0; $DTYPE weights (fp32 master weights and moments), no activation checkpointing, device $DEVICE, $GPUS
 process(es). pad and flatten: $PER_GPU examples per micro-batch; pack: $((PER_GPU * MAX_LEN)) tokens of whole
