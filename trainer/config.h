@@ -10,7 +10,7 @@
 
 #include "common/enum_names.h"
 #include "data/data_options.h"
-#include "models/lora_adapter.h"
+#include "models/lora_settings.h"
 #include "optim/optimizer_section.h"
 
 namespace fptrain::trainer {
