@@ -546,11 +546,16 @@ void Run::run_eval() {
   metrics_->record_eval(step_, r.loss, r.supervised_tokens, r.seconds);
 }
 
-// Where this rank's device memory went: the flat buffers, the peak of
+// Where this rank's device memory went: the weights and the flat buffers, the peak of
 // everything else the allocator held (activations, workspaces, the step's
 // temporaries) and what lives outside it (CUDA context, NCCL's buffers).
 nlohmann::json Run::memory_per_rank() const {
-  const int64_t weights = optimizer_->flat().weights().nbytes();
+  // With adapters the flat buffers hold only them: the frozen base (NF4 with qlora) is weights too.
+  int64_t weights = optimizer_->flat().weights().nbytes();
+  if (model_.adapter) {
+    for (const auto& [name, t] : model_.model->parameters()) weights += t.storage().nbytes();
+    if (model_.nf4) weights += model_.nf4->nbytes();
+  }
   const int64_t grads = optimizer_->flat().grads().nbytes();
   int64_t state = optimizer_->exp_avg().nbytes() + optimizer_->exp_avg_sq().nbytes();
   if (optimizer_->master().defined()) state += optimizer_->master().nbytes();

@@ -106,6 +106,7 @@ for shape in $SHAPES; do
     hf "$shape" hf-liger-nockpt --liger --no-checkpointing
     hf "$shape" hf-liger-ckpt --liger
   fi
-  rm -rf "${WORK:?}/$shape"  # disk: one shape at a time
+  # disk: one shape at a time (FPTRAIN_FAMILY_KEEP=1 keeps it for the next call's rows: FPTRAIN_FAMILY_ONLY)
+  [ "${FPTRAIN_FAMILY_KEEP:-0}" = 1 ] || rm -rf "${WORK:?}/$shape"
 done
 "$PYTHON" "$ROOT/benchmarks/train/families_report.py" "$OUT" "${results[@]}"
