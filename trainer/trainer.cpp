@@ -114,6 +114,7 @@ class Run {
   void restore(const TrainingState& state);
   void start_records();
   void log_set_up();
+  void log_adapter() const;
   void plan_auto_checkpointing();
   void make_optimizer();
   void wait_for_weights_stage_by_stage();
@@ -412,6 +413,7 @@ void Run::start_records() {
 void Run::log_set_up() {
   log_run_banner(config_, model_.config, device_, model_.dtype, model_.backend, optimizer_->has_master_weights(),
                  total_steps_);
+  if (model_.adapter) log_adapter();
   if (group_) {
     const FlatLayout& l = optimizer_->flat().layout();
     const nlohmann::json m = memory_per_rank();
@@ -427,6 +429,28 @@ void Run::log_set_up() {
     const MemoryStats mem = memory_stats(device_.device);
     log::info("device memory after set-up: " + common::gib_text(mem.peak_allocated_bytes) + " peak allocated");
   }
+}
+
+// What trains with adapters, as PEFT's print_trainable_parameters counts it.
+void Run::log_adapter() const {
+  const models::LoraSettings& s = model_.adapter->settings();
+  int64_t trained = 0;
+  for (const auto& [name, t] : model_.adapter->tensors()) trained += t.numel();
+  const int64_t base = model_.config.num_parameters();
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "adapter: %s r %lld, alpha %g (scale %g%s), dropout %g, %zu projections (%s); %.2fM trainable "
+                "parameters, %.3f%% of %.2fB",
+                model_.nf4 ? "QLoRA (NF4 base)" : "LoRA", static_cast<long long>(s.r), s.alpha, s.scale(),
+                s.rslora ? ", rslora" : "", s.dropout, model_.adapter->modules().size(),
+                [&] {
+                  std::string names;
+                  for (const auto& n : model_.adapter->target_module_names()) names += (names.empty() ? "" : ", ") + n;
+                  return names;
+                }().c_str(),
+                static_cast<double>(trained) / 1e6, 100.0 * static_cast<double>(trained) / static_cast<double>(base + trained),
+                static_cast<double>(base) / 1e9);
+  log::info(buf);
 }
 
 // model.activation_checkpointing: auto, from the device memory left after set-up.
