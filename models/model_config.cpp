@@ -423,6 +423,17 @@ ModelConfig parse_model_config(const json& doc, const std::string& source) {
   const ArchitectureInfo& arch = resolve_architecture(doc, keys);
   c.family = arch.family;
   c.architecture = arch.architecture;
+  // A pre-quantised checkpoint (bitsandbytes 4/8-bit, GPTQ, AWQ, FP8, ...): its weights are not
+  // the model dtype's tensors the loader expects.
+  if (keys.has("quantization_config")) {
+    const json& q = doc.at("quantization_config");
+    const std::string method = q.is_object() && q.contains("quant_method") && q.at("quant_method").is_string()
+                                   ? q.at("quant_method").get<std::string>()
+                                   : std::string("unknown");
+    keys.fail("quantization_config", "a pre-quantised checkpoint (" + method + ") is not read yet; use the "
+              "original checkpoint (bf16/fp16/fp32 weights) — with adapter.type: qlora fptrain quantises it to NF4 "
+              "itself while it loads");
+  }
 
   if (arch.family == Family::kGemma2 || arch.family == Family::kGemma3) {  // an old hidden_act means the same
     const std::string key = keys.has("hidden_activation") ? "hidden_activation" : "hidden_act";

@@ -180,6 +180,17 @@ TEST_F(ConfigErrors, UnsupportedArchitecture) {
   expect_rejected(doc, {"'model_type'", "gpt2", "unsupported"});
 }
 
+// A pre-quantised checkpoint (transformers' bitsandbytes 4-bit save, GPTQ, ...) is refused by name.
+TEST_F(ConfigErrors, PreQuantisedCheckpointsAreRefused) {
+  json doc = read_json(fixture("llama/config.json"));
+  doc["quantization_config"] = {{"quant_method", "bitsandbytes"}, {"load_in_4bit", true}};
+  expect_rejected(doc, {"'quantization_config'", "(bitsandbytes)", "adapter.type: qlora"});
+  doc["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}};
+  expect_rejected(doc, {"'quantization_config'", "(gptq)"});
+  doc["quantization_config"] = nullptr;  // present but null: nothing quantised
+  EXPECT_NO_THROW(parse_model_config(doc, "config.json"));
+}
+
 TEST_F(ConfigErrors, GemmaOptionsFptrainDoesNotTrain) {
   const json gemma = read_json(fixture("gemma2/config.json"));
   json doc = gemma;
