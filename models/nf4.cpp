@@ -4,7 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <mutex>
 #include <stdexcept>
+#include <string>
+#include <utility>
 
 namespace fptrain::models {
 namespace {
@@ -48,6 +52,19 @@ at::Tensor make_dynamic_map() {
   std::sort(data.begin(), data.end());
   std::vector<float> f(data.begin(), data.end());
   return at::tensor(f, at::kFloat);
+}
+
+// A CPU table on `device`, copied once per device: a copy from host memory on every
+// dequantisation would wait for the stream. The cache is never destroyed (device
+// memory must not be freed after the CUDA runtime is gone at exit).
+at::Tensor on_device(const at::Tensor& table, const at::Device& device) {
+  if (device.is_cpu()) return table;
+  static std::mutex mutex;
+  static auto* copies = new std::map<std::pair<const void*, std::string>, at::Tensor>();
+  const std::lock_guard<std::mutex> lock(mutex);
+  at::Tensor& copy = (*copies)[{table.data_ptr(), device.str()}];
+  if (!copy.defined()) copy = table.to(device);
+  return copy;
 }
 
 // Nearest level by the midpoints (torch.bucketize, right=False: a value on a midpoint takes the upper level).
@@ -104,12 +121,13 @@ int64_t Nf4Tensor::nbytes() const {
 }
 
 at::Tensor nf4_levels(const at::Device& device) {
-  return at::tensor(std::vector<float>(std::begin(kNf4), std::end(kNf4)), at::kFloat).to(device);
+  static const at::Tensor levels = at::tensor(std::vector<float>(std::begin(kNf4), std::end(kNf4)), at::kFloat);
+  return on_device(levels, device);
 }
 
 at::Tensor dynamic_map_levels(const at::Device& device) {
   static const at::Tensor levels = make_dynamic_map();
-  return levels.to(device);
+  return on_device(levels, device);
 }
 
 Nf4Tensor quantize_nf4(const at::Tensor& weight) {
