@@ -91,6 +91,48 @@ class DecoderOps : public std::enable_shared_from_this<DecoderOps> {
   virtual GradSink* sink(const Projection& p) const = 0;  // null: plain autograd for the weight
 };
 
+// A decorator's starting point: every operation is the inner set's. A decorator
+// overrides what it changes (GemmaOps its norm and gating, LoraOps and Nf4Ops the
+// projections, RecomputeOps what a recomputation replays).
+class ForwardingOps : public DecoderOps {
+ public:
+  explicit ForwardingOps(std::shared_ptr<const DecoderOps> inner) : inner_(std::move(inner)) {}
+
+  at::Tensor norm(const at::Tensor& x, const at::Tensor& weight, double eps) const override {
+    return inner_->norm(x, weight, eps);
+  }
+  AddRmsNormOutput add_norm(const at::Tensor& residual, const at::Tensor& update, const at::Tensor& weight,
+                            double eps, double scale) const override {
+    return inner_->add_norm(residual, update, weight, eps, scale);
+  }
+  at::Tensor linear(const at::Tensor& x, const Projection& p) const override { return inner_->linear(x, p); }
+  at::Tensor replayed_linear(const at::Tensor& x, const Projection& p) const override {
+    return inner_->replayed_linear(x, p);
+  }
+  std::vector<at::Tensor> linear_group(const at::Tensor& x, const std::vector<const Projection*>& ps) const override {
+    return inner_->linear_group(x, ps);
+  }
+  at::Tensor base_weight(const Projection& p) const override { return inner_->base_weight(p); }
+  RotaryOutput rotary(const at::Tensor& q, const at::Tensor& k, const RotaryTables& tables) const override {
+    return inner_->rotary(q, k, tables);
+  }
+  at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                       const attention::VarlenSpec& spec) const override {
+    return inner_->attention(q, k, v, spec);
+  }
+  at::Tensor gated_activation(const at::Tensor& gate, const at::Tensor& up) const override {
+    return inner_->gated_activation(gate, up);
+  }
+  at::Tensor gated_activation_packed(const at::Tensor& gate_up) const override {
+    return inner_->gated_activation_packed(gate_up);
+  }
+  attention::Backend backend() const override { return inner_->backend(); }
+  GradSink* sink(const Projection& p) const override { return inner_->sink(p); }
+
+ protected:
+  std::shared_ptr<const DecoderOps> inner_;
+};
+
 // residual + update * scale, written as the model writes it (no multiply when the scale is 1).
 at::Tensor residual_add(const at::Tensor& residual, const at::Tensor& update, double scale);
 

@@ -8,8 +8,6 @@ at::Tensor gemma_rms_norm(const at::Tensor& x, const at::Tensor& weight, double 
   return (normed * (weight.to(at::kFloat) + 1.0)).to(x.scalar_type());
 }
 
-GemmaOps::GemmaOps(std::shared_ptr<const DecoderOps> inner) : inner_(std::move(inner)) {}
-
 at::Tensor GemmaOps::norm(const at::Tensor& x, const at::Tensor& weight, double eps) const {
   return gemma_rms_norm(x, weight, eps);
 }

@@ -4,6 +4,7 @@
 #include "models/parameter_layout.h"
 
 #include "common/json_input.h"
+#include "common/strings.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -12,9 +13,6 @@
 namespace fptrain::models {
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 double initializer_range(const ModelConfig& config) {
   const auto& raw = config.raw;
@@ -37,9 +35,9 @@ TensorMap init_parameters(const ModelConfig& config, uint64_t seed, at::ScalarTy
   for (const std::string& name : parameter_names_in_model_order(config)) {
     const auto& shape = shapes.at(name);
     at::Tensor t;
-    if (ends_with(name, "layernorm.weight") || name == "model.norm.weight") {
+    if (common::ends_with(name, "layernorm.weight") || name == "model.norm.weight") {
       t = at::ones(shape, at::kFloat);
-    } else if (ends_with(name, ".bias")) {
+    } else if (common::ends_with(name, ".bias")) {
       t = at::zeros(shape, at::kFloat);
     } else {
       t = at::empty(shape, at::kFloat);

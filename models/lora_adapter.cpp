@@ -1,5 +1,7 @@
 #include "models/lora_adapter.h"
 
+#include "common/strings.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
@@ -11,13 +13,9 @@
 namespace fptrain::models {
 namespace {
 
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 // PEFT's check for a listed name (peft.tuners.tuners_utils.check_target_module_exists).
 bool matches(const std::string& module, const std::string& target) {
-  return module == target || ends_with(module, "." + target);
+  return module == target || common::ends_with(module, "." + target);
 }
 
 std::string short_name(const std::string& module) { return module.substr(module.rfind('.') + 1); }
@@ -92,10 +90,11 @@ LoraAdapter::LoraAdapter(LoraSettings settings, const std::vector<Projection>& t
   }
   const std::set<std::string> used(names_.begin(), names_.end());
   for (const auto& [name, t] : tensors_) {
-    if (!used.count(name) && !(ends_with(name, ".lora_A.weight") || ends_with(name, ".lora_B.weight")))
-      problems.push_back("unexpected '" + name + "' (fptrain adapts projections with lora_A and lora_B only)");
-    else if (!used.count(name))
-      problems.push_back("unexpected '" + name + "' (not a targeted projection of this model)");
+    if (used.count(name)) continue;
+    const bool lora = common::ends_with(name, ".lora_A.weight") || common::ends_with(name, ".lora_B.weight");
+    problems.push_back("unexpected '" + name + "' (" +
+                       (lora ? "not a targeted projection of this model" : "fptrain adapts projections with lora_A and lora_B only") +
+                       ")");
   }
   if (problems.empty()) {
     const at::ScalarType dtype = tensors_.begin()->second.scalar_type();

@@ -1,12 +1,10 @@
 #include "models/lora_ops.h"
 
-#include <c10/core/GradMode.h>
-
 namespace fptrain::models {
 
 LoraOps::LoraOps(std::shared_ptr<const DecoderOps> inner, std::shared_ptr<const LoraAdapter> adapter,
                  bool dropout_active)
-    : inner_(std::move(inner)), adapter_(std::move(adapter)), dropout_active_(dropout_active) {}
+    : ForwardingOps(std::move(inner)), adapter_(std::move(adapter)), dropout_active_(dropout_active) {}
 
 at::Tensor LoraOps::add_adapter(at::Tensor y, const at::Tensor& x, const Projection& p) const {
   const LoraWeights* w = adapter_->weights(p.slot);

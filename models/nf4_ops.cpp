@@ -1,5 +1,6 @@
 #include "models/nf4_ops.h"
 
+#include "common/strings.h"
 #include "models/parameter_layout.h"
 
 #include <torch/autograd.h>
@@ -47,9 +48,7 @@ at::Tensor nf4_linear(const at::Tensor& x, const Nf4Tensor& q, const at::Tensor&
 }
 
 bool is_projection_weight(const std::string& name) {
-  const std::string tail = "_proj.weight";
-  return layer_of_name(name) >= 0 && name.size() > tail.size() &&
-         name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  return layer_of_name(name) >= 0 && common::ends_with(name, "_proj.weight");
 }
 
 at::Tensor Nf4Loader::keep(const std::string& name, const at::Tensor& tensor) {
@@ -91,7 +90,7 @@ TensorMap Nf4Weights::dequantized(const TensorMap& params, const std::vector<Pro
 }
 
 Nf4Ops::Nf4Ops(std::shared_ptr<const DecoderOps> inner, std::shared_ptr<const Nf4Weights> weights)
-    : inner_(std::move(inner)), weights_(std::move(weights)) {}
+    : ForwardingOps(std::move(inner)), weights_(std::move(weights)) {}
 
 at::Tensor Nf4Ops::linear(const at::Tensor& x, const Projection& p) const {
   const Nf4Tensor* q = weights_->at(p.slot);

@@ -52,40 +52,19 @@ class Nf4Loader {
 // A decoder projection's weight ("model.layers.N.<...>_proj.weight").
 bool is_projection_weight(const std::string& name);
 
-class Nf4Ops : public DecoderOps {
+class Nf4Ops : public ForwardingOps {
  public:
   Nf4Ops(std::shared_ptr<const DecoderOps> inner, std::shared_ptr<const Nf4Weights> weights);
 
-  at::Tensor norm(const at::Tensor& x, const at::Tensor& weight, double eps) const override {
-    return inner_->norm(x, weight, eps);
-  }
-  AddRmsNormOutput add_norm(const at::Tensor& residual, const at::Tensor& update, const at::Tensor& weight,
-                            double eps, double scale) const override {
-    return inner_->add_norm(residual, update, weight, eps, scale);
-  }
   at::Tensor linear(const at::Tensor& x, const Projection& p) const override;
   at::Tensor replayed_linear(const at::Tensor& x, const Projection& p) const override;
-  RotaryOutput rotary(const at::Tensor& q, const at::Tensor& k, const RotaryTables& tables) const override {
-    return inner_->rotary(q, k, tables);
+  // One projection at a time through this set's linear (the quantised ones here).
+  std::vector<at::Tensor> linear_group(const at::Tensor& x, const std::vector<const Projection*>& ps) const override {
+    return DecoderOps::linear_group(x, ps);
   }
-  at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                       const attention::VarlenSpec& spec) const override {
-    return inner_->attention(q, k, v, spec);
-  }
-  at::Tensor gated_activation(const at::Tensor& gate, const at::Tensor& up) const override {
-    return inner_->gated_activation(gate, up);
-  }
-  at::Tensor gated_activation_packed(const at::Tensor& gate_up) const override {
-    return inner_->gated_activation_packed(gate_up);
-  }
-
-  // The group one projection at a time through this set's linear (the quantised ones here).
   at::Tensor base_weight(const Projection& p) const override;
-  attention::Backend backend() const override { return inner_->backend(); }
-  GradSink* sink(const Projection& p) const override { return inner_->sink(p); }
 
  private:
-  std::shared_ptr<const DecoderOps> inner_;
   std::shared_ptr<const Nf4Weights> weights_;
 };
 

@@ -1,5 +1,7 @@
 #include "models/parameter_layout.h"
 
+#include "common/strings.h"
+
 #include <utility>
 
 namespace fptrain::models {
@@ -82,8 +84,7 @@ std::vector<std::string> parameter_names_in_model_order(const ModelConfig& confi
 
 bool is_ignorable_checkpoint_tensor(const std::string& name, const ModelConfig& c) {
   const std::string inv_freq = "rotary_emb.inv_freq";
-  if (name.size() >= inv_freq.size() && name.compare(name.size() - inv_freq.size(), inv_freq.size(), inv_freq) == 0)
-    return true;
+  if (common::ends_with(name, inv_freq)) return true;
   return c.tie_word_embeddings && name == "lm_head.weight";
 }
 

@@ -8,7 +8,7 @@
 
 namespace fptrain::models {
 
-RecomputeOps::RecomputeOps(std::shared_ptr<const DecoderOps> inner) : inner_(std::move(inner)) {}
+RecomputeOps::RecomputeOps(std::shared_ptr<const DecoderOps> inner) : ForwardingOps(std::move(inner)) {}
 
 void RecomputeOps::begin_run() {
   if (!at::GradMode::is_enabled()) {
@@ -17,10 +17,6 @@ void RecomputeOps::begin_run() {
   } else {
     pass_ = recorded_ ? Pass::kReplay : Pass::kPlain;
   }
-}
-
-at::Tensor RecomputeOps::norm(const at::Tensor& x, const at::Tensor& weight, double eps) const {
-  return inner_->norm(x, weight, eps);
 }
 
 AddRmsNormOutput RecomputeOps::add_norm(const at::Tensor& residual, const at::Tensor& update,
@@ -44,10 +40,6 @@ at::Tensor RecomputeOps::linear(const at::Tensor& x, const Projection& p) const 
   return inner_->linear(x, p);
 }
 
-RotaryOutput RecomputeOps::rotary(const at::Tensor& q, const at::Tensor& k, const RotaryTables& tables) const {
-  return inner_->rotary(q, k, tables);
-}
-
 at::Tensor RecomputeOps::attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                    const attention::VarlenSpec& spec) const {
   if (pass_ == Pass::kRecord) return attention::varlen_attention_recorded(q, k, v, spec, backend(), attention_);
@@ -57,14 +49,6 @@ at::Tensor RecomputeOps::attention(const at::Tensor& q, const at::Tensor& k, con
     return out;
   }
   return inner_->attention(q, k, v, spec);
-}
-
-at::Tensor RecomputeOps::gated_activation(const at::Tensor& gate, const at::Tensor& up) const {
-  return inner_->gated_activation(gate, up);
-}
-
-at::Tensor RecomputeOps::gated_activation_packed(const at::Tensor& gate_up) const {
-  return inner_->gated_activation_packed(gate_up);
 }
 
 }  // namespace fptrain::models

@@ -14,7 +14,7 @@
 
 namespace fptrain::models {
 
-class RecomputeOps : public DecoderOps {
+class RecomputeOps : public ForwardingOps {
  public:
   explicit RecomputeOps(std::shared_ptr<const DecoderOps> inner);
 
@@ -22,27 +22,16 @@ class RecomputeOps : public DecoderOps {
   // with autograd after a recording it replays; else it passes through.
   void begin_run();
 
-  at::Tensor norm(const at::Tensor& x, const at::Tensor& weight, double eps) const override;
   AddRmsNormOutput add_norm(const at::Tensor& residual, const at::Tensor& update, const at::Tensor& weight,
                             double eps, double scale) const override;
+  // A projection that feeds only the residual: the inner set's replay. Groups never feed
+  // only the residual: both runs compute them as the inner set does.
   at::Tensor linear(const at::Tensor& x, const Projection& p) const override;
-  // Groups never feed only the residual: both runs compute them as the inner set does.
-  std::vector<at::Tensor> linear_group(const at::Tensor& x, const std::vector<const Projection*>& ps) const override {
-    return inner_->linear_group(x, ps);
-  }
-  at::Tensor base_weight(const Projection& p) const override { return inner_->base_weight(p); }
-  RotaryOutput rotary(const at::Tensor& q, const at::Tensor& k, const RotaryTables& tables) const override;
   at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                        const attention::VarlenSpec& spec) const override;
-  at::Tensor gated_activation(const at::Tensor& gate, const at::Tensor& up) const override;
-  at::Tensor gated_activation_packed(const at::Tensor& gate_up) const override;
-
-  attention::Backend backend() const override { return inner_->backend(); }
-  GradSink* sink(const Projection& p) const override { return inner_->sink(p); }
 
  private:
   enum class Pass { kPlain, kRecord, kReplay };
-  std::shared_ptr<const DecoderOps> inner_;
   Pass pass_ = Pass::kPlain;
   bool recorded_ = false;
   // The tape: written by the recording run, consumed by the replay. Mutable:
