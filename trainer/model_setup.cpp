@@ -251,11 +251,4 @@ std::shared_ptr<CheckpointSwitch> set_activation_checkpointing(models::CausalLM&
   return control;
 }
 
-std::shared_ptr<CheckpointSwitch> set_activation_checkpointing(models::CausalLM& model, const Checkpointing& setting) {
-  NamedTensors trained;
-  for (const auto& [name, t] : model.parameters())
-    if (t.requires_grad()) trained.emplace_back(name, t);
-  return set_activation_checkpointing(model, setting, trained);
-}
-
 }  // namespace fptrain::trainer

@@ -48,8 +48,6 @@ using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 // `preserve_rng` when the blocks draw random numbers (adapter dropout).
 std::shared_ptr<CheckpointSwitch> set_activation_checkpointing(models::CausalLM& model, const Checkpointing& setting,
                                                                const NamedTensors& trained, bool preserve_rng = false);
-// The same with the model's parameters that require grad as the trained tensors.
-std::shared_ptr<CheckpointSwitch> set_activation_checkpointing(models::CausalLM& model, const Checkpointing& setting);
 
 struct LoadedModel {
   models::ModelConfig config;

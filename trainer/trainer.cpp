@@ -437,17 +437,14 @@ void Run::log_adapter() const {
   int64_t trained = 0;
   for (const auto& [name, t] : model_.adapter->tensors()) trained += t.numel();
   const int64_t base = model_.config.num_parameters();
+  std::string names;
+  for (const auto& n : model_.adapter->target_module_names()) names += (names.empty() ? "" : ", ") + n;
   char buf[320];
   std::snprintf(buf, sizeof buf,
                 "adapter: %s r %lld, alpha %g (scale %g%s), dropout %g, %zu projections (%s); %.2fM trainable "
                 "parameters, %.3f%% of %.2fB",
                 model_.nf4 ? "QLoRA (NF4 base)" : "LoRA", static_cast<long long>(s.r), s.alpha, s.scale(),
-                s.rslora ? ", rslora" : "", s.dropout, model_.adapter->modules().size(),
-                [&] {
-                  std::string names;
-                  for (const auto& n : model_.adapter->target_module_names()) names += (names.empty() ? "" : ", ") + n;
-                  return names;
-                }().c_str(),
+                s.rslora ? ", rslora" : "", s.dropout, model_.adapter->modules().size(), names.c_str(),
                 static_cast<double>(trained) / 1e6, 100.0 * static_cast<double>(trained) / static_cast<double>(base + trained),
                 static_cast<double>(base) / 1e9);
   log::info(buf);

@@ -133,4 +133,12 @@ inline TensorMap grads_of(const CausalLM& model) {
   return out;
 }
 
+// The parameters that require grad, by name: what trains (activation checkpointing's runners).
+inline std::vector<std::pair<std::string, at::Tensor>> trained_parameters(const CausalLM& model) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& [name, p] : model.parameters())
+    if (p.requires_grad()) out.emplace_back(name, p);
+  return out;
+}
+
 }  // namespace fptrain::models::testing

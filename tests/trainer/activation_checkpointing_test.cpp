@@ -1,6 +1,7 @@
 // Activation checkpointing recomputes layers during backward; the gradients of
 // every parameter must equal those of the plain forward/backward.
 #include "models/causal_lm.h"
+#include "tests/models/model_test_util.h"
 #include "models/init.h"
 #include "trainer/activation_checkpointing.h"
 #include "trainer/model_setup.h"
@@ -68,7 +69,7 @@ Grads run(const Checkpointing& setting, bool granite = false) {
   models::TensorMap params = models::init_parameters(config, 5);
   for (auto& [n, t] : params) t.requires_grad_(true);
   models::CausalLM model(config, params, attention::Backend::kReference);
-  set_activation_checkpointing(model, setting);
+  set_activation_checkpointing(model, setting, models::testing::trained_parameters(model));
   const at::Tensor loss = packed_loss(model);
   loss.backward();
   Grads g;
@@ -118,7 +119,7 @@ TEST(TrainActivationCheckpointing, RecomputationSkipsTheReplayedProjections) {
     models::TensorMap params = models::init_parameters(config, 5);
     for (auto& [n, t] : params) t.requires_grad_(true);
     models::CausalLM model(config, params, attention::Backend::kReference);
-    set_activation_checkpointing(model, setting);
+    set_activation_checkpointing(model, setting, models::testing::trained_parameters(model));
     const at::Tensor loss = packed_loss(model);
     g_linear_calls = 0;
     const at::CallbackHandle handle =
@@ -152,14 +153,14 @@ TEST(TrainActivationCheckpointing, NoGradForwardIsUnaffected) {
   const models::ModelConfig config = tiny_config();
   models::TensorMap params = models::init_parameters(config, 5);
   models::CausalLM model(config, params, attention::Backend::kReference);
-  set_activation_checkpointing(model, Checkpointing::every(1));
+  set_activation_checkpointing(model, Checkpointing::every(1), models::testing::trained_parameters(model));
   models::PackedInput in;
   in.input_ids = at::arange(10, at::kLong);
   in.position_ids = at::arange(10, at::kLong);
   in.cu_seqlens = at::tensor(std::vector<int32_t>{0, 10}, at::kInt);
   in.max_seqlen = 10;
   const at::Tensor a = model.logits(in);
-  set_activation_checkpointing(model, Checkpointing::none());
+  set_activation_checkpointing(model, Checkpointing::none(), models::testing::trained_parameters(model));
   EXPECT_TRUE(at::equal(a, model.logits(in)));
 }
 

@@ -3,6 +3,7 @@
 // picks CUDA and bf16; activation checkpointing keeps the gradients.
 #include "attention/hopper_backend.h"
 #include "models/causal_lm.h"
+#include "tests/models/model_test_util.h"
 #include "models/checkpoint.h"
 #include "tests/trainer/trainer_test_util.h"
 #include "trainer/model_setup.h"
@@ -116,7 +117,7 @@ std::map<std::string, at::Tensor> checkpointed_grads(attention::Backend backend,
       models::load_pretrained_weights(fixture("llama64"), config, at::kBFloat16, at::Device(at::kCUDA, 0));
   for (auto& [n, t] : params) t.requires_grad_(true);
   models::CausalLM model(config, params, backend);
-  set_activation_checkpointing(model, setting);
+  set_activation_checkpointing(model, setting, models::testing::trained_parameters(model));
   models::PackedInput in;
   const auto opts = at::TensorOptions().device(at::kCUDA);
   at::manual_seed(0);
