@@ -107,6 +107,8 @@ def register_torch_varlen():
             raise ValueError(f"torch-varlen attention takes one flattened sequence, got batch {query.shape[0]}")
         # (1, heads, tokens, head_dim) -> (tokens, heads, head_dim); FA2 takes grouped K/V heads as they are.
         q, k, v = (t[0].transpose(0, 1).contiguous() for t in (query, key, value))
+        if q.dtype == torch.float32:  # fp32 norms under autocast (QLoRA); transformers' FA2 path casts the same way
+            q, k, v = (t.to(torch.get_autocast_dtype("cuda")) for t in (q, k, v))
         out = varlen_attn(q, k, v, cu, cu, int(max_len), int(max_len), scale=scaling, **causal)
         return out.unsqueeze(0), None  # (1, tokens, heads, head_dim), as sdpa_attention_forward returns
 
@@ -257,7 +259,9 @@ def main():
             model.activation_checkpointing_enable(activation_checkpointing_kwargs=ckpt)
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=ckpt)
-    num_parameters = sum(p.numel() for p in model.parameters())
+    # bitsandbytes packs two 4-bit weights per byte; its quant_state keeps the weight's real shape.
+    num_parameters = sum(p.quant_state.shape.numel() if getattr(p, "quant_state", None) is not None else p.numel()
+                         for p in model.parameters())
     if a.lora:
         from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
         if a.qlora:
@@ -281,6 +285,9 @@ def main():
         if distributed:
             dist.barrier()
 
+    # prepare_model_for_kbit_training keeps norms, embeddings and the head in fp32; the HF Trainer's bf16=True
+    # (as Axolotl's QLoRA configs run it) computes under autocast, which is what flash attention needs.
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if a.qlora and use_cuda else contextlib.nullcontext()
     losses, tokens, start = [], 0, None
     step_counts = []  # (non-padding, padding) tokens of this rank per step
     for step in range(a.steps):
@@ -297,7 +304,7 @@ def main():
             batch = {k: (v.to(device, non_blocking=True) if torch.is_tensor(v) else v) for k, v in batch.items()}
             # DDP reduces on the last micro-batch only.
             sync_ctx = net.no_sync() if distributed and micro + 1 < a.grad_accum else contextlib.nullcontext()
-            with sync_ctx:
+            with sync_ctx, autocast:
                 loss = net(**batch, use_cache=False).loss / a.grad_accum
                 loss.backward()
             step_loss = step_loss + loss.detach()

@@ -31,9 +31,16 @@ def main():
           "Random-init shapes, bf16, FLAN-like data, flatten, 4 examples per micro-batch in file order, "
           "30 steps (first 5 not measured); tokens/s are non-padding tokens, MFU = 6 N tokens/s / 989 TFLOP/s "
           "(`benchmarks/train/families.sh`).", ""]
+    if any("lora" in r["name"] for r in runs):
+        md[-1:-1] = ["", "LoRA / QLoRA rows: r 16, alpha 32, all seven projections, base frozen; MFU still counts "
+                     "6 N per token as full fine-tuning does (a LoRA step skips the base's weight gradients: ~4 N)."]
     summary = []
     for shape in shapes:
         rows = [r for r in runs if r["shape"] == shape]
+        # One N per shape (a peer that counts a 4-bit weight's packed bytes would show a smaller model).
+        n = max(r["num_parameters"] for r in rows)
+        for r in rows:
+            r["num_parameters"], r["mfu"] = n, 6 * n * r["tokens_per_s"] / 989e12
         md += [f"## {shape} ({rows[0]['num_parameters'] / 1e9:.2f}B parameters)", "",
                "| run | tokens/s | MFU | peak allocated GiB |", "| --- | ---: | ---: | ---: |"]
         for r in rows:
@@ -56,6 +63,14 @@ def main():
             else:
                 md.append("At no more than the peer's memory: no fptrain run (its least is "
                           f"{min(r['peak_allocated_gib'] for r in ours):.1f} GiB).")
+            for other in peers:
+                fits = [r for r in ours if r["peak_allocated_gib"] <= other["peak_allocated_gib"]]
+                if other is peer or not fits:
+                    continue
+                lean = max(fits, key=lambda r: r["tokens_per_s"])
+                md.append(f"Against {other['name'][len(shape) + 1:]} at no more memory: "
+                          f"{lean['name'][len(shape) + 1:]} = {lean['tokens_per_s'] / other['tokens_per_s']:.2f}x "
+                          f"at {lean['peak_allocated_gib']:.1f} vs {other['peak_allocated_gib']:.1f} GiB.")
             summary.append(entry)
         md.append("")
     with open(os.path.join(out, "families.json"), "w") as f:
