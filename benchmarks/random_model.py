@@ -19,6 +19,10 @@ SHAPES = {
     "llama3-8b": ("llama", dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                                 num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192,
                                 rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=False)),
+    # Llama-3.1-70B: the QLoRA benchmark's large shape (4-bit: ~40 GB on disk, made with --nf4).
+    "llama3-70b": ("llama", dict(vocab_size=128256, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+                                 num_attention_heads=64, num_key_value_heads=8, max_position_embeddings=8192,
+                                 rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=False)),
     "mistral-7b": ("mistral", dict(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                                    num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=32768,
                                    rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=4096,
@@ -72,14 +76,70 @@ def random_weights(config):
     return model.to("cpu")  # save from host memory, whatever the library version does with CUDA tensors
 
 
-def make_random_model(out, tokenizer_from, shape_name, stamp_name=".random-model-shape"):
-    """Makes `out` once: a stamp file naming the shape, written last, marks a finished folder."""
+# What transformers writes for a model loaded with load_in_4bit (QLoRA's storage).
+NF4_QUANTIZATION_CONFIG = {
+    "quant_method": "bitsandbytes", "load_in_4bit": True, "load_in_8bit": False, "_load_in_4bit": True,
+    "_load_in_8bit": False, "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": True,
+    "bnb_4bit_compute_dtype": "bfloat16", "bnb_4bit_quant_storage": "uint8", "llm_int8_skip_modules": None,
+    "llm_int8_threshold": 6.0, "llm_int8_has_fp16_weight": False, "llm_int8_enable_fp32_cpu_offload": False}
+
+
+def save_random_nf4(config, out, shard_bytes=4 << 30):
+    """The model of `config` as bitsandbytes stores a 4-bit NF4 base (transformers' save_pretrained of a
+    load_in_4bit model), written tensor by tensor so a 70B never exists whole in any precision: the
+    decoder's projections N(0, 0.02) quantised by bitsandbytes on the GPU, the rest bf16 as
+    random_weights fills them (on the GPU when there is one)."""
+    import torch
+    import bitsandbytes.functional as bnbf
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM
+    with torch.device("meta"):
+        shapes = [(n, tuple(p.shape)) for n, p in AutoModelForCausalLM.from_config(config).named_parameters()]
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    gen = torch.Generator(device=device).manual_seed(0)
+    shards, shard, size = [], {}, 0
+    for name, shape in shapes:
+        if name.endswith("norm.weight"):
+            tensors = {name: torch.ones(shape, dtype=torch.bfloat16)}
+        else:
+            w = torch.empty(shape, dtype=torch.bfloat16, device=device).normal_(0.0, 0.02, generator=gen)
+            if ".layers." in name and name.endswith("_proj.weight"):
+                packed, state = bnbf.quantize_4bit(w, blocksize=64, compress_statistics=True, quant_type="nf4")
+                tensors = {name: packed, **{f"{name}.{k}": v for k, v in state.as_dict(packed=True).items()}}
+            else:
+                tensors = {name: w}
+        for k, t in tensors.items():
+            shard[k] = t.to("cpu").contiguous()
+            size += shard[k].numel() * shard[k].element_size()
+        if size >= shard_bytes:
+            shards.append(shard)
+            shard, size = {}, 0
+    if shard:
+        shards.append(shard)
+    weight_map, total = {}, 0
+    for i, tensors in enumerate(shards):
+        file = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        save_file(tensors, os.path.join(out, file), metadata={"format": "pt"})
+        for k, t in tensors.items():
+            weight_map[k] = file
+            total += t.numel() * t.element_size()
+    with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+    config.quantization_config = NF4_QUANTIZATION_CONFIG
+    config.dtype = "bfloat16"
+    config.save_pretrained(out)
+
+
+def make_random_model(out, tokenizer_from, shape_name, stamp_name=".random-model-shape", nf4=False):
+    """Makes `out` once: a stamp file naming the shape, written last, marks a finished folder.
+    nf4: as a 4-bit NF4 checkpoint (save_random_nf4)."""
+    stamp_value = shape_name + (" nf4" if nf4 else "")
     import transformers
     from transformers import LlamaConfig, MistralConfig, Phi3Config, Qwen2Config, Qwen3Config
     transformers.utils.logging.disable_progress_bar()
     stamp = os.path.join(out, stamp_name)
-    if os.path.exists(stamp) and open(stamp).read() == shape_name:
-        print(f"{out}: already made ({shape_name})")
+    if os.path.exists(stamp) and open(stamp).read() == stamp_value:
+        print(f"{out}: already made ({stamp_value})")
         return
     arch, shape = SHAPES[shape_name]
     tok_cfg = json.load(open(os.path.join(tokenizer_from, "config.json")))
@@ -97,8 +157,12 @@ def make_random_model(out, tokenizer_from, shape_name, stamp_name=".random-model
         config = Phi3Config(**shape, **ids, architectures=["Phi3ForCausalLM"])
     else:
         config = LlamaConfig(**shape, **ids, architectures=["LlamaForCausalLM"])
-    model = random_weights(config)
-    model.save_pretrained(out)
+    if nf4:
+        os.makedirs(out)
+        save_random_nf4(config, out)
+    else:
+        model = random_weights(config)
+        model.save_pretrained(out)
     copied = []
     for f in TOKENIZER_FILES:
         src = os.path.join(tokenizer_from, f)
@@ -111,6 +175,6 @@ def make_random_model(out, tokenizer_from, shape_name, stamp_name=".random-model
     if tok_vocab > config.vocab_size:
         raise SystemExit(f"the tokenizer of {tokenizer_from} has {tok_vocab} ids, the model {config.vocab_size}")
     with open(stamp, "w") as f:
-        f.write(shape_name)
-    print(f"made {out}: {shape_name}, {model.num_parameters() / 1e9:.2f} B parameters, bf16, "
+        f.write(stamp_value)
+    print(f"made {out}: {stamp_value}, {'4-bit NF4 projections' if nf4 else 'bf16'}, "
           f"tokenizer {', '.join(copied)} ({tok_vocab} ids), {time.time() - t0:.1f} s")

@@ -2,6 +2,7 @@
 #include "models/checkpoint.h"
 
 #include "models/model_dtype.h"
+#include "models/nf4_checkpoint.h"
 #include "models/parameter_layout.h"
 #include "models/safetensors.h"
 
@@ -16,6 +17,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
@@ -116,9 +118,24 @@ OpenCheckpoint open_checkpoint(const fs::path& dir) {
   return ck;
 }
 
+// The tensors the checkpoint holds: the parameters, a 4-bit one's projections as their parts.
+std::map<std::string, std::vector<int64_t>> expected_checkpoint_tensors(const ModelConfig& c) {
+  auto expected = expected_parameter_shapes(c);
+  if (!c.bnb_nf4) return expected;
+  std::map<std::string, std::vector<int64_t>> out;
+  for (const auto& [name, shape] : expected) {
+    if (!is_projection_weight(name)) {
+      out.emplace(name, shape);
+      continue;
+    }
+    for (auto& [part, part_shape] : nf4_checkpoint_parts(name, shape)) out.emplace(part, std::move(part_shape));
+  }
+  return out;
+}
+
 // Checks the checkpoint against the config; one error lists every problem.
 void check_against_config(const OpenCheckpoint& ck, const ModelConfig& c, const fs::path& dir) {
-  const auto expected = expected_parameter_shapes(c);
+  const auto expected = expected_checkpoint_tensors(c);
   std::vector<std::string> missing, unexpected, problems;
   for (const auto& [name, shape] : expected)
     if (!ck.tensors.count(name)) missing.push_back(name);
@@ -131,10 +148,11 @@ void check_against_config(const OpenCheckpoint& ck, const ModelConfig& c, const 
     }
     const SafetensorsEntry& e = *loc.second;
     const std::string file = loc.first->path().filename().string();
-    if (e.shape != it->second)
+    const bool any_length = it->second == std::vector<int64_t>{-1} && e.shape.size() == 1;
+    if (e.shape != it->second && !any_length)
       problems.push_back("tensor '" + name + "' in " + file + " has shape " + c10::str(at::IntArrayRef(e.shape)) +
                          " but the config implies " + c10::str(at::IntArrayRef(it->second)));
-    if (!at::isFloatingType(e.dtype))
+    if (!at::isFloatingType(e.dtype) && !(c.bnb_nf4 && nf4_part_of(name)))  // parts: checked as they load
       problems.push_back("tensor '" + name + "' in " + file + " has dtype " + e.dtype_name +
                          ", not a floating-point type");
   }
@@ -195,6 +213,29 @@ class PinnedUploader {
   int next_ = 0;
 };
 
+// A 4-bit checkpoint's projections: their parts, gathered as they arrive in file
+// order; each projection goes to LoadOptions::keep_quantized once all are read.
+class QuantizedParts {
+ public:
+  QuantizedParts(const ModelConfig& config, at::ScalarType dtype, const LoadOptions& options)
+      : shapes_(expected_parameter_shapes(config)), dtype_(dtype), options_(options) {}
+
+  void take(const std::string& name, at::Tensor t, TensorMap& out) {
+    const auto [weight, suffix] = *nf4_part_of(name);
+    auto& parts = pending_[weight];
+    parts.emplace(suffix, std::move(t));
+    if (parts.size() < kNf4CheckpointParts) return;
+    out.emplace(weight, options_.keep_quantized(weight, nf4_from_checkpoint(weight, parts, shapes_.at(weight), dtype_)));
+    pending_.erase(weight);
+  }
+
+ private:
+  std::map<std::string, std::vector<int64_t>> shapes_;
+  at::ScalarType dtype_;
+  const LoadOptions& options_;
+  std::map<std::string, std::map<std::string, at::Tensor>> pending_;
+};
+
 std::string shard_name(size_t i, size_t n) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", i + 1, n);
@@ -211,13 +252,17 @@ TensorMap load_pretrained_weights(const fs::path& model_dir, const ModelConfig& 
 TensorMap load_pretrained_weights(const fs::path& model_dir, const ModelConfig& config, at::ScalarType dtype,
                                   at::Device device, const LoadOptions& options) {
   dtype_name(dtype);  // rejects non-model dtypes early
+  if (config.bnb_nf4 && !options.keep_quantized)
+    throw std::runtime_error(model_dir.string() + ": a 4-bit checkpoint (bitsandbytes NF4, quantization_config): its "
+                             "projections stay 4-bit and frozen, so only adapters train on it: set adapter.type: "
+                             "qlora, or use the original bf16/fp32 checkpoint");
   OpenCheckpoint ck = open_checkpoint(model_dir);
   check_against_config(ck, config, model_dir);
   for (const auto& f : ck.files) f->advise_sequential();
 
   // Read in file/offset order so the disk sees sequential reads.
   std::vector<std::pair<const SafetensorsFile*, const SafetensorsEntry*>> order;
-  const auto expected = expected_parameter_shapes(config);
+  const auto expected = expected_checkpoint_tensors(config);
   for (const auto& [name, loc] : ck.tensors)
     if (expected.count(name)) order.push_back(loc);
   std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
@@ -225,13 +270,21 @@ TensorMap load_pretrained_weights(const fs::path& model_dir, const ModelConfig& 
   });
 
   TensorMap out;
+  std::optional<QuantizedParts> parts;
+  if (config.bnb_nf4) parts.emplace(config, dtype, options);
+  auto is_part = [&](const std::string& name) { return parts && nf4_part_of(name).has_value(); };
   if (device.is_cpu()) {
     for (const auto& [file, e] : order) {
-      at::Tensor dst = at::empty(e->shape, at::TensorOptions().dtype(dtype));
-      if (e->dtype == dtype) {
+      const bool raw = is_part(e->name);  // kept as stored
+      at::Tensor dst = at::empty(e->shape, at::TensorOptions().dtype(raw ? e->dtype : dtype));
+      if (raw || e->dtype == dtype) {
         file->copy_bytes(*e, 0, e->num_bytes(), dst.data_ptr(), options.reader);
       } else {
         dst.copy_(file->view(*e));  // one pass from the mapping, converting on the way
+      }
+      if (raw) {
+        parts->take(e->name, std::move(dst), out);
+        continue;
       }
       out.emplace(e->name, options.keep ? options.keep(e->name, dst) : std::move(dst));
     }
@@ -240,6 +293,10 @@ TensorMap load_pretrained_weights(const fs::path& model_dir, const ModelConfig& 
   PinnedUploader uploader(device, options);
   for (const auto& [file, e] : order) {
     at::Tensor t = uploader.upload(*file, *e);
+    if (is_part(e->name)) {
+      parts->take(e->name, std::move(t), out);
+      continue;
+    }
     at::Tensor converted = t.scalar_type() == dtype ? t : t.to(dtype);  // converts on the device
     out.emplace(e->name, options.keep ? options.keep(e->name, converted) : std::move(converted));
   }

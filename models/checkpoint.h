@@ -4,6 +4,7 @@
 
 #include "models/model_config.h"
 #include "models/model_dtype.h"
+#include "models/nf4.h"
 #include "models/parameter_layout.h"
 #include "models/safetensors.h"
 #include "models/tensor_map.h"
@@ -28,7 +29,9 @@ namespace fptrain::models {
 // straight into the result (or one converting pass from the mapping); to CUDA
 // through two pinned staging buffers that overlap reading with the transfer,
 // converting on the GPU. The result holds exactly the names of
-// expected_parameter_shapes(), as contiguous tensors owned by nobody else.
+// expected_parameter_shapes(), as contiguous tensors owned by nobody else. A 4-bit
+// checkpoint's projections are stored as bitsandbytes' parts instead (checked the same
+// way) and go to LoadOptions::keep_quantized.
 TensorMap load_pretrained_weights(const std::filesystem::path& model_dir, const ModelConfig& config,
                                   at::ScalarType dtype, at::Device device = at::kCPU);
 
@@ -40,6 +43,10 @@ struct LoadOptions {
   // dtype (null: the tensor). Called in loading order, one tensor at a time, so a
   // conversion here (QLoRA's quantisation) never holds the whole model at once.
   std::function<at::Tensor(const std::string& name, const at::Tensor& tensor)> keep;
+  // What the result keeps of each projection of a 4-bit checkpoint (ModelConfig::bnb_nf4),
+  // read as stored (models/nf4_checkpoint.h) and dequantising to the target dtype. Such a
+  // checkpoint loads only with it (QLoRA).
+  std::function<at::Tensor(const std::string& name, Nf4Tensor weight)> keep_quantized;
 };
 TensorMap load_pretrained_weights(const std::filesystem::path& model_dir, const ModelConfig& config,
                                   at::ScalarType dtype, at::Device device, const LoadOptions& options);

@@ -403,6 +403,39 @@ void parse_gemma_windows(const json& doc, const KeyReader& keys, ModelConfig& c)
   check_windows(keys, c, "sliding_window is null");
 }
 
+// A pre-quantised checkpoint: bitsandbytes' 4-bit NF4 with double quantisation
+// (QLoRA's storage, what transformers' save_pretrained writes for load_in_4bit) is
+// read as it is stored; anything else (8-bit, FP4, single quantisation, GPTQ, AWQ,
+// FP8, ...) is refused by name.
+bool parse_quantization(const json& q, const std::string& source) {
+  if (!q.is_object())
+    throw std::runtime_error(source + ": key 'quantization_config' (value " + common::json_excerpt(q) +
+                             "): expected an object");
+  const KeyReader keys(q, source, "quantization_config.");
+  const std::string method = keys.string("quant_method", "unknown");
+  const std::string original = "; use the original checkpoint (bf16/fp16/fp32 weights): with adapter.type: qlora "
+                               "fptrain quantises it to NF4 itself while it loads";
+  if (method != "bitsandbytes") keys.fail("quant_method", "a " + method + " checkpoint is not read" + original);
+  if (keys.boolean("load_in_8bit", false)) keys.fail("load_in_8bit", "8-bit checkpoints are not read" + original);
+  if (!keys.boolean("load_in_4bit", false)) keys.fail("load_in_4bit", "only 4-bit (NF4) checkpoints are read");
+  if (keys.string("bnb_4bit_quant_type", "fp4") != "nf4")
+    keys.fail("bnb_4bit_quant_type", "only NF4 checkpoints are read (QLoRA's type)" + original);
+  if (!keys.boolean("bnb_4bit_use_double_quant", false))
+    keys.fail("bnb_4bit_use_double_quant", "only double-quantised NF4 checkpoints are read (QLoRA's storage)" +
+                                               original);
+  if (keys.string("bnb_4bit_quant_storage", "uint8") != "uint8")
+    keys.fail("bnb_4bit_quant_storage", "only uint8 storage is read");
+  if (keys.has("llm_int8_skip_modules")) {  // bitsandbytes never quantises the head; any other module is refused
+    const json& skip = q.at("llm_int8_skip_modules");
+    if (!skip.is_array()) keys.fail("llm_int8_skip_modules", "expected a list of module names");
+    for (const json& m : skip)
+      if (!m.is_string() || m.get<std::string>() != "lm_head")
+        keys.fail("llm_int8_skip_modules", "projections kept in full precision are not read; only lm_head may be "
+                                           "listed");
+  }
+  return true;
+}
+
 std::string parse_dtype(const KeyReader& keys) {
   // v5 writes "dtype", v4 "torch_dtype"; absent means the weights are float32.
   const std::string key = keys.has("dtype") ? "dtype" : "torch_dtype";
@@ -423,17 +456,7 @@ ModelConfig parse_model_config(const json& doc, const std::string& source) {
   const ArchitectureInfo& arch = resolve_architecture(doc, keys);
   c.family = arch.family;
   c.architecture = arch.architecture;
-  // A pre-quantised checkpoint (bitsandbytes 4/8-bit, GPTQ, AWQ, FP8, ...): its weights are not
-  // the model dtype's tensors the loader expects.
-  if (keys.has("quantization_config")) {
-    const json& q = doc.at("quantization_config");
-    const std::string method = q.is_object() && q.contains("quant_method") && q.at("quant_method").is_string()
-                                   ? q.at("quant_method").get<std::string>()
-                                   : std::string("unknown");
-    keys.fail("quantization_config", "a pre-quantised checkpoint (" + method + ") is not read yet; use the "
-              "original checkpoint (bf16/fp16/fp32 weights) — with adapter.type: qlora fptrain quantises it to NF4 "
-              "itself while it loads");
-  }
+  if (keys.has("quantization_config")) c.bnb_nf4 = parse_quantization(doc.at("quantization_config"), source);
 
   if (arch.family == Family::kGemma2 || arch.family == Family::kGemma3) {  // an old hidden_act means the same
     const std::string key = keys.has("hidden_activation") ? "hidden_activation" : "hidden_act";
@@ -638,6 +661,7 @@ json finish_config_json(const ModelConfig& c, bool v4, json& out) {
 
 json model_config_to_json(const ModelConfig& c) {
   json out = c.raw.is_object() ? c.raw : json::object();
+  out.erase("quantization_config");  // what fptrain saves is full precision (a 4-bit base merged, or dequantised)
   // Keep the spelling the source used (v4 or v5) so the file round-trips.
   const bool v4 = !out.contains("rope_parameters") &&
                   (out.contains("rope_scaling") || out.contains("rope_theta") || out.contains("torch_dtype"));

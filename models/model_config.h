@@ -98,6 +98,9 @@ struct ModelConfig {
   std::optional<double> attention_multiplier;  // softmax scale override (Gemma: query_pre_attn_scalar^-0.5)
 
   std::string dtype = "float32";  // "float32" | "bfloat16" | "float16" (torch_dtype / dtype)
+  // A bitsandbytes 4-bit checkpoint (quantization_config: NF4, double quantisation):
+  // each projection weight is stored as packed codes and statistics (models/nf4_checkpoint.h).
+  bool bnb_nf4 = false;
   std::optional<int64_t> bos_token_id;
   std::vector<int64_t> eos_token_ids;
   std::optional<int64_t> pad_token_id;

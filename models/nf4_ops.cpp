@@ -47,14 +47,16 @@ at::Tensor nf4_linear(const at::Tensor& x, const Nf4Tensor& q, const at::Tensor&
   return Nf4Linear::apply(x, reinterpret_cast<int64_t>(&q), b, replayed);
 }
 
-bool is_projection_weight(const std::string& name) {
-  return layer_of_name(name) >= 0 && common::ends_with(name, "_proj.weight");
-}
-
 at::Tensor Nf4Loader::keep(const std::string& name, const at::Tensor& tensor) {
   if (!is_projection_weight(name)) return tensor;
   quantized_.emplace(name, quantize_nf4(tensor));
   return shape_only(tensor);
+}
+
+at::Tensor Nf4Loader::keep_quantized(const std::string& name, Nf4Tensor q) {
+  const at::Tensor placeholder = shape_only(at::empty({1}, q.codes.options().dtype(q.dtype)).expand(q.shape));
+  quantized_.insert_or_assign(name, std::move(q));
+  return placeholder;
 }
 
 std::shared_ptr<Nf4Weights> Nf4Weights::from(std::map<std::string, Nf4Tensor> by_name,

@@ -8,6 +8,7 @@
 
 #include "models/decoder_ops.h"
 #include "models/nf4.h"
+#include "models/nf4_checkpoint.h"
 #include "models/tensor_map.h"
 
 #include <map>
@@ -39,18 +40,18 @@ class Nf4Weights {
 // Quantises the projection weights while a checkpoint loads (LoadOptions::keep):
 // each one is quantised as it reaches the device and the model's map keeps only
 // its shape (a one-element storage, stride 0), so the full-precision model never
-// exists whole. Other tensors are kept as they are.
+// exists whole. Other tensors are kept as they are. A 4-bit checkpoint's projections
+// arrive quantised and are kept as they are stored.
 class Nf4Loader {
  public:
   at::Tensor keep(const std::string& name, const at::Tensor& tensor);
+  // A projection already quantised in the checkpoint (LoadOptions::keep_quantized).
+  at::Tensor keep_quantized(const std::string& name, Nf4Tensor q);
   std::map<std::string, Nf4Tensor> take() { return std::move(quantized_); }
 
  private:
   std::map<std::string, Nf4Tensor> quantized_;
 };
-
-// A decoder projection's weight ("model.layers.N.<...>_proj.weight").
-bool is_projection_weight(const std::string& name);
 
 class Nf4Ops : public ForwardingOps {
  public:

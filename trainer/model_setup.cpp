@@ -103,11 +103,20 @@ LoadedModel open_model(const TrainConfig& config, const at::Device& device, cons
   m.dtype = resolve_dtype(config.model.dtype, device);
   m.backend = resolve_backend(config.model.attention, device, m.config, m.dtype);
   const bool adapted = config.adapter.type != AdapterType::kNone;
-  // QLoRA: each projection is quantised as it loads; the model's map keeps its shape.
-  const bool quantized = config.adapter.type == AdapterType::kQlora;
+  // QLoRA: each projection is quantised as it loads (or read as a 4-bit checkpoint stores it);
+  // the model's map keeps its shape.
+  if (m.config.bnb_nf4 && trainable && config.adapter.type != AdapterType::kQlora)
+    throw std::invalid_argument(weights_dir.string() + ": a 4-bit checkpoint (bitsandbytes NF4): its projections "
+                                "stay 4-bit and frozen, so only adapters train on it: set adapter.type: qlora");
+  const bool quantized = config.adapter.type == AdapterType::kQlora || m.config.bnb_nf4;
   models::Nf4Loader nf4;
   models::LoadOptions load;
-  if (quantized) load.keep = [&nf4](const std::string& name, const at::Tensor& t) { return nf4.keep(name, t); };
+  if (quantized) {
+    load.keep = [&nf4](const std::string& name, const at::Tensor& t) { return nf4.keep(name, t); };
+    load.keep_quantized = [&nf4](const std::string& name, models::Nf4Tensor q) {
+      return nf4.keep_quantized(name, std::move(q));
+    };
+  }
   models::TensorMap params = models::load_pretrained_weights(weights_dir, m.config, m.dtype, device, load);
   if (trainable && !adapted)
     for (auto& [name, t] : params) t.requires_grad_(true);
@@ -116,8 +125,9 @@ LoadedModel open_model(const TrainConfig& config, const at::Device& device, cons
     const int64_t before = static_cast<int64_t>(c10::elementSize(m.dtype)) * m.config.num_parameters();
     m.nf4 = models::Nf4Weights::from(nf4.take(), m.model->projections());
     log::info("qlora: the base's " + std::to_string(m.model->projections().size()) + " projections in NF4 (" +
-              common::gib_text(m.nf4->nbytes()) + "; the model was " + common::gib_text(before) + " in " +
-              models::dtype_name(m.dtype) + "), dequantised for each product");
+              common::gib_text(m.nf4->nbytes()) + (m.config.bnb_nf4 ? ", read as the checkpoint stores them" : "") +
+              "; the whole model would be " + common::gib_text(before) + " in " + models::dtype_name(m.dtype) +
+              "), dequantised for each product");
   }
   if (adapted) {
     m.adapter = open_adapter(config, m, device, adapter_dir);

@@ -4,7 +4,8 @@
       A Llama-shaped model saved by transformers in bf16 (random N(0, 0.02) weights, built on
       the meta device and filled on the GPU when there is one), with the tokenizer files of
       another model folder (fptrain init's, trained on the benchmark's data). Done once:
-      a stamp file marks a finished folder.
+      a stamp file marks a finished folder. --nf4: its projections 4-bit as bitsandbytes
+      stores a QLoRA base (a 70B in ~40 GB).
   bench_tools.py fptrain-run --run DIR --name NAME [--world-size N]
       One JSON line from an fptrain run folder: steady-state tokens/s (the metrics.jsonl
       records after the first), per GPU, MFU, peak memory (summary.json), steps measured.
@@ -41,7 +42,7 @@ TARGET_VS_PEER = 1.5        # fptrain per-GPU tokens/s over the transformers DDP
 
 
 def make_model(a):
-    make_random_model(a.out, a.tokenizer_from, a.shape, stamp_name=".bench-shape")
+    make_random_model(a.out, a.tokenizer_from, a.shape, stamp_name=".bench-shape", nf4=a.nf4)
 
 
 def read_records(run):
@@ -263,6 +264,7 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("--tokenizer-from", required=True)
     p.add_argument("--shape", choices=sorted(SHAPES), default="llama2-7b")
+    p.add_argument("--nf4", action="store_true", help="as bitsandbytes stores a 4-bit NF4 base (QLoRA; needs a GPU)")
     p.set_defaults(fn=make_model)
     p = sub.add_parser("fptrain-run")
     p.add_argument("--run", required=True)

@@ -236,13 +236,16 @@ def main():
     load = dict(dtype=dtype, attn_implementation=attn_name)
     if use_cuda and importlib.util.find_spec("accelerate") is not None:
         load["device_map"] = {"": device}
-    if a.qlora:
+    with open(os.path.join(a.model, "config.json")) as f:
+        stored_4bit = "quantization_config" in json.load(f)  # a 4-bit checkpoint loads as stored
+    if a.qlora and not stored_4bit:
         from transformers import BitsAndBytesConfig
         load["quantization_config"] = BitsAndBytesConfig(
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=dtype)
+    if a.qlora or stored_4bit:
         load["device_map"] = {"": device}
     model = AutoModelForCausalLM.from_pretrained(a.model, **load)
-    if not a.qlora:
+    if not (a.qlora or stored_4bit):
         model = model.to(device)
     model.config.use_cache = False
     if a.liger:

@@ -13,7 +13,9 @@
 # (transformers + PEFT, its adapters in fp32 as PEFT's defaults make them, + Liger; the peft wheel in
 # .whl/ too): fptrain with no, selective, every-layer and auto checkpointing; FPTRAIN_FAMILY_PROFILE=1
 # also profiles fptrain's auto run (steps 6-8: $OUT/profile-<shape>.md). FPTRAIN_FAMILY_ADAPTER=qlora: the
-# same on a 4-bit NF4 base on both sides (the peer: bitsandbytes, whose wheel goes in .whl/ as well).
+# same on a 4-bit NF4 base on both sides (the peer: bitsandbytes, whose wheel goes in .whl/ as well);
+# FPTRAIN_FAMILY_NF4_CHECKPOINT=1 makes that base a 4-bit checkpoint both sides read as stored (how a
+# 70B fits the disk: FPTRAIN_FAMILY_SHAPES=llama3-70b).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD_DIR=${FPTRAIN_BUILD_DIR:-$ROOT/build-gpu}
@@ -85,7 +87,9 @@ hf() {  # shape, name, extra args...
   fi
 }
 for shape in $SHAPES; do
-  "$PYTHON" "$TOOLS" make-model --out "$WORK/$shape" --tokenizer-from "$WORK/tok" --shape "$shape" \
+  nf4=""; [ "${FPTRAIN_FAMILY_NF4_CHECKPOINT:-0}" = 1 ] && nf4=--nf4
+  # shellcheck disable=SC2086  # $nf4: a flag or nothing
+  "$PYTHON" "$TOOLS" make-model --out "$WORK/$shape" --tokenizer-from "$WORK/tok" --shape "$shape" $nf4 \
     >> "$OUT/families-prep.log" 2>&1 || { echo "FAILED making $shape"; continue; }
   if [ "$LORA" -gt 0 ]; then  # the adapters' optimizer state is tiny: fp32 masters only
     profile=""; [ "${FPTRAIN_FAMILY_PROFILE:-0}" = 1 ] && profile="--set logging.profile_steps=3"

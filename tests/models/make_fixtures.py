@@ -21,12 +21,14 @@ i.e. the sum over supervised tokens) and the gradient of every parameter.
   <out>/<name>-lora-golden.safetensors
       pack.logits, pack.loss_sum, pack.grad.<adapter tensor name as saved>   the packed row through PEFT
       merged.<parameter name>   the adapted weights after merge_and_unload
+  <out>/llama-nf4/               the llama checkpoint as bitsandbytes stores a 4-bit NF4 base
+  <out>/llama-nf4-golden.safetensors   its projections dequantised, the packed row's logits through them
 """
 import argparse
 import pathlib
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig,
                           GraniteConfig, GraniteForCausalLM, LlamaConfig,
                           LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
@@ -248,6 +250,41 @@ def make_nf4(out_dir):
     save_file(golden, out_dir / "nf4-golden.safetensors")
 
 
+def make_bnb_checkpoint(out_dir):
+    """The llama checkpoint as bitsandbytes stores a 4-bit NF4 base (transformers' save_pretrained of a
+    load_in_4bit model with double quantisation, sharded so a weight's parts span files), and what a
+    reader must make of it: each projection dequantised as bitsandbytes' CUDA kernels compute (its CPU
+    kernel treats rows that are not whole blocks otherwise), and the packed row's logits through
+    those weights."""
+    from bitsandbytes.backends.default.ops import _dequantize_4bit_compute
+    from bitsandbytes.backends.utils import _get_4bit_code
+    import bitsandbytes as bnb
+    import bitsandbytes.functional as bnbf
+    from transformers import BitsAndBytesConfig
+    quantized = AutoModelForCausalLM.from_pretrained(
+        out_dir / "llama", dtype=torch.float32, device_map={"": "cpu"},
+        quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                               bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.float32))
+    quantized.save_pretrained(out_dir / "llama-nf4", max_shard_size="40KB")
+    model = AutoModelForCausalLM.from_pretrained(out_dir / "llama", attn_implementation="eager", dtype=torch.float32)
+    weights, golden = model.state_dict(), {}
+    for name, module in quantized.named_modules():
+        if isinstance(module, bnb.nn.Linear4bit):
+            state = module.weight.quant_state
+            absmax = bnbf.dequantize_blockwise(state.absmax, state.state2) + state.offset
+            w = _dequantize_4bit_compute(module.weight.data.reshape(-1), absmax, _get_4bit_code("nf4", "cpu"), 64,
+                                         state.shape, state.dtype).contiguous()
+            weights[name + ".weight"] = w
+            golden[name + ".weight.dequantized"] = w
+    model.load_state_dict(weights)
+    pack = load_file(out_dir / "llama-golden.safetensors")
+    ids = torch.cat([pack[f"example.{i}.input_ids"] for i in range(len(LENGTHS))])
+    with torch.no_grad():
+        golden["pack.logits"] = model(input_ids=ids[None], position_ids=pack["pack.position_ids"][None],
+                                      use_cache=False).logits[0].contiguous()
+    save_file(golden, out_dir / "llama-nf4-golden.safetensors")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, type=pathlib.Path)
@@ -258,6 +295,7 @@ def main():
         make(name, args.out, 1000 + seed)
         print(f"made {name}")
     make_nf4(args.out)
+    make_bnb_checkpoint(args.out)
 
 
 if __name__ == "__main__":

@@ -180,15 +180,24 @@ TEST_F(ConfigErrors, UnsupportedArchitecture) {
   expect_rejected(doc, {"'model_type'", "gpt2", "unsupported"});
 }
 
-// A pre-quantised checkpoint (transformers' bitsandbytes 4-bit save, GPTQ, ...) is refused by name.
-TEST_F(ConfigErrors, PreQuantisedCheckpointsAreRefused) {
+// Pre-quantised checkpoints: bitsandbytes' 4-bit NF4 with double quantisation is read (QLoRA's
+// base, models/nf4_checkpoint.h); every other scheme is refused naming the key.
+TEST_F(ConfigErrors, PreQuantisedCheckpointsOtherThanNf4AreRefused) {
   json doc = read_json(fixture("llama/config.json"));
-  doc["quantization_config"] = {{"quant_method", "bitsandbytes"}, {"load_in_4bit", true}};
-  expect_rejected(doc, {"'quantization_config'", "(bitsandbytes)", "adapter.type: qlora"});
+  doc["quantization_config"] = {{"quant_method", "bitsandbytes"}, {"load_in_4bit", true}};  // FP4 by default
+  expect_rejected(doc, {"'quantization_config.bnb_4bit_quant_type'", "NF4", "adapter.type: qlora"});
+  doc["quantization_config"]["bnb_4bit_quant_type"] = "nf4";
+  expect_rejected(doc, {"'quantization_config.bnb_4bit_use_double_quant'", "double-quantised"});
+  doc["quantization_config"]["bnb_4bit_use_double_quant"] = true;
+  EXPECT_TRUE(parse_model_config(doc, "config.json").bnb_nf4);
+  doc["quantization_config"] = {{"quant_method", "bitsandbytes"}, {"load_in_8bit", true}};
+  expect_rejected(doc, {"'quantization_config.load_in_8bit'", "8-bit"});
   doc["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}};
-  expect_rejected(doc, {"'quantization_config'", "(gptq)"});
+  expect_rejected(doc, {"'quantization_config.quant_method'", "gptq"});
+  doc["quantization_config"] = "nf4";
+  expect_rejected(doc, {"'quantization_config'", "expected an object"});
   doc["quantization_config"] = nullptr;  // present but null: nothing quantised
-  EXPECT_NO_THROW(parse_model_config(doc, "config.json"));
+  EXPECT_FALSE(parse_model_config(doc, "config.json").bnb_nf4);
 }
 
 TEST_F(ConfigErrors, GemmaOptionsFptrainDoesNotTrain) {

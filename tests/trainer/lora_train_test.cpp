@@ -129,6 +129,50 @@ TEST(LoraTraining, QloraMatchesPeftOnBitsandbytes) {
               check["adapter_max_rel"].get<double>());
 }
 
+// QLoRA on a checkpoint bitsandbytes saved in 4 bits (transformers' save_pretrained of a load_in_4bit
+// model): read as stored, so both sides train on the same quantised weights, against PEFT on that
+// checkpoint; a bf16 LoRA or full fine-tuning of it is refused naming the setting.
+TEST(LoraTraining, QloraOnAFourBitCheckpointMatchesPeft) {
+  TempDir dir;
+  const fs::path run = dir / "run";
+  const std::string adapter = fixture("llama-lora").string();
+  const std::string cfg = dir.write("train.yaml", lora_config(run, "llama-nf4",
+      "adapter:\n  type: qlora\n  from: " + adapter + "\n", "training:\n  max_steps: 20\n"));
+  const CommandResult r = run_fptrain({"train", cfg});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("read as the checkpoint stores them"), std::string::npos) << r.output;
+  const auto records = train_records(run);
+  ASSERT_EQ(records.size(), 20u);
+  const fs::path ref_adapter = dir / "reference-adapter";
+  const nlohmann::json ref = run_python("reference_train.py",
+      {"--model", fixture("llama-nf4").string(), "--adapter", adapter, "--save-adapter", ref_adapter.string(),
+       "--data", fixture("tokens.jsonl").string(), "--examples-per-micro-batch", "4", "--grad-accum", "2",
+       "--steps", "20", "--lr", "1e-2", "--beta1", "0.9", "--beta2", "0.95", "--eps", "1e-8",
+       "--weight-decay", "0.1", "--warmup", "5", "--decay", "cosine", "--min-lr", "1e-3", "--clip", "0.5"});
+  ASSERT_EQ(ref["loss"].size(), 20u);
+  double worst_loss = 0, worst_norm = 0;
+  for (size_t i = 0; i < 20; ++i) {
+    worst_loss = std::max(worst_loss, rel(records[i]["loss"].get<double>(), ref["loss"][i].get<double>()));
+    worst_norm = std::max(worst_norm, rel(records[i]["grad_norm"].get<double>(), ref["grad_norm"][i].get<double>()));
+  }
+  EXPECT_LE(worst_loss, 1e-5);
+  EXPECT_LE(worst_norm, 1e-5);
+  const nlohmann::json check = run_python("check_adapter.py",
+      {"--base", fixture("llama").string(), "--adapter", final_checkpoint(run, 20).string(), "--other-adapter",
+       ref_adapter.string()});
+  EXPECT_LE(check["adapter_max_rel"].get<double>(), 1e-5) << check;
+  std::printf("llama QLoRA from a 4-bit checkpoint: over 20 steps loss %.3g, grad norm %.3g; final adapter %.3g\n",
+              worst_loss, worst_norm, check["adapter_max_rel"].get<double>());
+
+  for (const std::string& type : {"lora", "none"}) {
+    const std::string bad = dir.write("bad.yaml", lora_config(dir / ("bad-" + type), "llama-nf4",
+        "adapter:\n  type: " + type + "\n", "training:\n  max_steps: 10\n"));
+    const CommandResult refused = run_fptrain({"train", bad});
+    EXPECT_NE(refused.exit_code, 0) << type;
+    EXPECT_NE(refused.output.find("set adapter.type: qlora"), std::string::npos) << refused.output;
+  }
+}
+
 // The same run with every layer recomputed, and cut in two by a stop and a resume: bit-identical
 // (with dropout, and with a 4-bit base too).
 TEST(LoraTraining, CheckpointingAndResumeChangeNothing) {

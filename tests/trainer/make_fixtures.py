@@ -68,6 +68,22 @@ def save_adapter(folder, model_dir, settings, seed):
     model.save_pretrained(folder)
 
 
+def save_four_bit(folder, model_dir):
+    """model_dir as bitsandbytes stores a 4-bit NF4 base with double quantisation (QLoRA's)."""
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError:  # as save_adapter
+        print(f"bitsandbytes is not installed: {folder} not made")
+        return
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, device_map={"": "cpu"},
+                                                 quantization_config=BitsAndBytesConfig(
+                                                     load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                                     bnb_4bit_use_double_quant=True,
+                                                     bnb_4bit_compute_dtype=torch.float32))
+    save_beside(folder.parent, folder.name, model_dir, model)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -149,6 +165,7 @@ def main():
                                            "down_proj"]), seed=5)
     save_adapter(out / "qwen3-lora", out / "qwen3", dict(
         r=8, lora_alpha=4, target_modules=["q_proj", "o_proj", "up_proj"], use_rslora=True), seed=6)
+    save_four_bit(out / "llama-nf4", out / "llama")
 
     with open(out / "tokens.jsonl", "w") as f:
         for i in range(240):
