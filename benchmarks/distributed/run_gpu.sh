@@ -19,7 +19,8 @@
 # Knobs: FPTRAIN_DIST_GPUS (GPUs of the data-parallel runs, default 2; a list such as "2 4"
 # runs each; the targets and the parity use the first),
 # FPTRAIN_DIST_STEPS (default 30; the first 5 are not measured), FPTRAIN_DIST_VARIANTS (below), FPTRAIN_DIST_RUN_TIMEOUT
-# (seconds a run may take, default 420), FPTRAIN_DIST_BENCH_DIR (work folder, default
+# (seconds a run may take, default 420), FPTRAIN_DIST_MASTERS (default true; false: bf16 AdamW),
+# FPTRAIN_DIST_PEERS (default 1; 0: fptrain's runs only), FPTRAIN_DIST_BENCH_DIR (work folder, default
 # /tmp/fptrain-dist-bench), FPTRAIN_DIST_PARITY_TOL (default 0.01). To try the plumbing
 # on a CPU: FPTRAIN_DIST_SHAPE=tiny FPTRAIN_DIST_PARITY_PRESET=tiny FPTRAIN_DIST_DEVICE=cpu
 # FPTRAIN_DIST_DTYPE=float32.
@@ -35,6 +36,7 @@ WORK=${FPTRAIN_DIST_BENCH_DIR:-/tmp/fptrain-dist-bench}
 WORLDS=${FPTRAIN_DIST_GPUS:-2}  # data-parallel world sizes, e.g. "2 4" (each where as many GPUs are visible)
 NPROC=${WORLDS%% *}             # the first: the one the targets and the parity use
 STEPS=${FPTRAIN_DIST_STEPS:-30}
+MASTERS=${FPTRAIN_DIST_MASTERS:-true}  # false: bf16 AdamW (a 7B with fp32 masters needs ~104 GiB on one GPU)
 LOG_INTERVAL=5                 # fptrain's first record (steps 1-5) is warm-up; the peer skips as many steps
 PARITY_STEPS=10
 SHAPE=${FPTRAIN_DIST_SHAPE:-llama2-7b}
@@ -103,7 +105,7 @@ batching:
   grad_accumulation: ${7:-1}
 optimizer:
   lr: 1.0e-4
-  master_weights: true
+  master_weights: $MASTERS
   grad_clip: 1.0
 schedule:
   warmup_steps: 5
@@ -223,8 +225,9 @@ if [ -z "${skip_1gpu:-}" ]; then
   for w in $WORLDS; do [ "${gpus:-0}" -ge "$w" ] && fptrain_bench "fptrain-1gpu-ga$w" 1 "$w"; done
   [ "${FPTRAIN_DIST_PLAIN_1GPU:-1}" = 0 ] || fptrain_bench fptrain-1gpu 1
 fi
-for w in $WORLDS; do [ "${gpus:-0}" -ge "$w" ] && hf_bench "hf-ddp-${w}gpu" "$w"; done
-if [ -z "${skip_1gpu:-}" ]; then
+[ "${FPTRAIN_DIST_PEERS:-1}" = 0 ] && skip_peers=1
+for w in $WORLDS; do [ -z "${skip_peers:-}" ] && [ "${gpus:-0}" -ge "$w" ] && hf_bench "hf-ddp-${w}gpu" "$w"; done
+if [ -z "${skip_1gpu:-}" ] && [ -z "${skip_peers:-}" ]; then
   for w in $WORLDS; do [ "${gpus:-0}" -ge "$w" ] && hf_bench "hf-1gpu-ga$w" 1 "$w"; done
   [ "${FPTRAIN_DIST_PLAIN_1GPU:-1}" = 0 ] || hf_bench hf-1gpu 1
 fi
