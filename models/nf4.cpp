@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -137,13 +138,19 @@ Nf4Tensor quantize_nf4(const at::Tensor& weight) {
   q.shape = weight.sizes().vec();
   q.dtype = weight.scalar_type();
   const at::Device device = weight.device();
-  Blockwise b = quantize_blockwise(weight.reshape(-1).to(at::kFloat), kNf4BlockSize, nf4_levels(device));
-  at::Tensor idx = b.codes;
-  // An odd count is padded with the level of 0.0 (bitsandbytes pads the scaled values with zero).
-  constexpr int kZeroLevel = 7;
-  if (idx.numel() % 2) idx = at::cat({idx, at::full({1}, kZeroLevel, idx.options())});
-  const at::Tensor pairs = idx.view({-1, 2});
-  q.codes = at::bitwise_or(at::bitwise_left_shift(pairs.select(1, 0), 4), pairs.select(1, 1)).contiguous();
+  Blockwise b;
+  if (device.is_cuda() && weight.numel() % 8 == 0 && cuda::kernels_built() && cuda::device_supported(device)) {
+    // One pass on an sm_90 GPU (models/cuda/nf4_kernels.cu): the same codes and maxima.
+    std::tie(q.codes, b.absmax) = cuda::nf4_quantize(weight, nf4_levels(at::kCPU));
+  } else {
+    b = quantize_blockwise(weight.reshape(-1).to(at::kFloat), kNf4BlockSize, nf4_levels(device));
+    at::Tensor idx = b.codes;
+    // An odd count is padded with the level of 0.0 (bitsandbytes pads the scaled values with zero).
+    constexpr int kZeroLevel = 7;
+    if (idx.numel() % 2) idx = at::cat({idx, at::full({1}, kZeroLevel, idx.options())});
+    const at::Tensor pairs = idx.view({-1, 2});
+    q.codes = at::bitwise_or(at::bitwise_left_shift(pairs.select(1, 0), 4), pairs.select(1, 1)).contiguous();
+  }
   // Double quantisation of the block maxima.
   q.absmax_offset = b.absmax.mean();
   Blockwise s = quantize_blockwise(b.absmax - q.absmax_offset, kNf4AbsmaxBlockSize, dynamic_map_levels(device));

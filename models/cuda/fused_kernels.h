@@ -137,7 +137,23 @@ struct SwigluBwdArgs {
 };
 void swiglu_backward(const SwigluBwdArgs& args, cudaStream_t stream);
 
-// ---- NF4 dequantisation (models/cuda/nf4_kernels.cu) -------------------------
+// ---- NF4 quantisation and dequantisation (models/cuda/nf4_kernels.cu) --------
+
+// The first level of bitsandbytes' NF4 (models/nf4.h's quantize_nf4) in one pass: per
+// block of 64 weights its absolute maximum, each weight times the maximum's reciprocal
+// (the last block, when shorter: divided by it, which was clamped to >= 1e-38),
+// clamped to [-1, 1], the index of the nearest level by the midpoints (bucketize). The
+// ATen composition's codes and maxima bit for bit. numel a multiple of 8.
+struct Nf4QuantArgs {
+  Dtype dtype = Dtype::kBFloat16;
+  const void* weight = nullptr;  // [numel]
+  uint8_t* codes = nullptr;      // [numel / 2], first index in the high nibble
+  float* absmax = nullptr;       // [ceil(numel / 64)]
+  int64_t numel = 0;
+  float levels[16] = {};
+};
+void nf4_quantize(const Nf4QuantArgs& args, cudaStream_t stream);
+
 
 // bitsandbytes' NF4 with double-quantised block maxima (models/nf4.h) back to the
 // weight's dtype, in one pass: per block of 64 weights

@@ -173,6 +173,26 @@ void swiglu_backward(const at::Tensor& grad, const at::Tensor& gate, const at::T
   swiglu_backward(a, at::cuda::getCurrentCUDAStream());
 }
 
+std::pair<at::Tensor, at::Tensor> nf4_quantize(const at::Tensor& weight, const at::Tensor& levels) {
+  const c10::cuda::CUDAGuard guard(weight.device());
+  const at::Tensor w = weight.contiguous();
+  const int64_t n = w.numel();
+  if (levels.numel() != 16 || !levels.is_cpu())
+    throw std::invalid_argument("nf4_quantize: a CPU table of 16 levels expected");
+  const at::Tensor codes = at::empty({n / 2}, w.options().dtype(at::kByte));
+  const at::Tensor absmax = at::empty({(n + 63) / 64}, w.options().dtype(at::kFloat));
+  Nf4QuantArgs a;
+  a.dtype = dtype_of(w);
+  a.weight = w.data_ptr();
+  a.codes = codes.data_ptr<uint8_t>();
+  a.absmax = absmax.data_ptr<float>();
+  a.numel = n;
+  const at::Tensor lv = levels.to(at::kFloat).contiguous();
+  std::copy(lv.data_ptr<float>(), lv.data_ptr<float>() + 16, a.levels);
+  nf4_quantize(a, at::cuda::getCurrentCUDAStream());
+  return {codes, absmax};
+}
+
 at::Tensor nf4_dequantize(const at::Tensor& codes, const at::Tensor& absmax_codes, const at::Tensor& absmax_scales,
                           const at::Tensor& absmax_offset, const at::Tensor& dynamic_map, const at::Tensor& levels,
                           int64_t numel, at::ScalarType dtype) {

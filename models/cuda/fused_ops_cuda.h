@@ -5,6 +5,8 @@
 // Compiled only with FPTRAIN_CUDA.
 #pragma once
 
+#include <utility>
+
 #include <ATen/ATen.h>
 
 #include <cstdint>
@@ -50,6 +52,11 @@ at::Tensor swiglu_forward(const at::Tensor& gate, const at::Tensor& up);
 // stride: they may be the two halves of one [rows, 2 * cols] tensor).
 void swiglu_backward(const at::Tensor& grad, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& grad_gate,
                      const at::Tensor& grad_up);
+
+// The first level of NF4 (models/nf4.h's quantize_nf4 on CUDA): {codes [numel / 2] uint8, block
+// maxima [ceil(numel / 64)] fp32} of a weight on the GPU (any floating dtype, numel a multiple of 8);
+// the levels [16] fp32 on the CPU.
+std::pair<at::Tensor, at::Tensor> nf4_quantize(const at::Tensor& weight, const at::Tensor& levels);
 
 // NF4 back to `dtype` (models/nf4.h's dequantize_nf4 on CUDA): codes, absmax codes, scales and the
 // offset ([] or [1]) contiguous on one device; the dynamic map [256] and the levels [16] fp32 on the

@@ -36,6 +36,8 @@ void swiglu_backward(const at::Tensor&, const at::Tensor&, const at::Tensor&, co
   not_built();
 }
 
+std::pair<at::Tensor, at::Tensor> nf4_quantize(const at::Tensor&, const at::Tensor&) { not_built(); }
+
 at::Tensor nf4_dequantize(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                           const at::Tensor&, int64_t, at::ScalarType) {
   not_built();

@@ -1,7 +1,7 @@
-// NF4 on the GPU: quantising there gives the CPU's codes, and the fused
-// dequantisation kernel (models/cuda/nf4_kernels.cu) gives the ATen
-// composition's values bit for bit (fp32, bf16, fp16), with its time for a
-// Llama-3-8B MLP projection against the composition's, printed to the log.
+// NF4 on the GPU: the quantisation kernel gives the CPU composition's codes and
+// maxima, and the dequantisation kernel (models/cuda/nf4_kernels.cu) its values,
+// bit for bit (fp32, bf16, fp16; whole blocks and a shorter last one), with both
+// kernels' times for a Llama-3-8B MLP projection against the composition's.
 #include "models/cuda/fused_ops_cuda.h"
 #include "models/nf4.h"
 
@@ -25,12 +25,18 @@ Nf4Tensor to_cpu(const Nf4Tensor& q) {
 TEST(Nf4Cuda, KernelEqualsTheCompositionBitForBit) {
   if (!cuda::kernels_built() || !cuda::device_supported(at::Device(at::kCUDA, 0))) GTEST_SKIP() << "needs sm_90";
   at::manual_seed(3);
+  // Whole blocks; a last block of 24 (7 x 1000 = 109 x 64 + 24), with an all-zero block.
+  at::Tensor shorter = at::randn({7, 1000}) * 0.02;
+  shorter[2].narrow(0, 0, 200).zero_();
+  for (const at::Tensor& base : {at::randn({384, 1000}) * at::linspace(0.01, 2.0, 1000), shorter})
   for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
-    const at::Tensor w = (at::randn({384, 1000}) * at::linspace(0.01, 2.0, 1000)).to(dtype);
+    const at::Tensor w = base.to(dtype);
     const Nf4Tensor on_gpu = quantize_nf4(w.cuda());
     const Nf4Tensor on_cpu = quantize_nf4(w);
     EXPECT_TRUE(at::equal(on_gpu.codes.cpu(), on_cpu.codes)) << dtype;
     EXPECT_TRUE(at::equal(on_gpu.absmax_codes.cpu(), on_cpu.absmax_codes)) << dtype;
+    // The maxima's mean (the offset) is a reduction: the GPU's order moves its last bit, and the scales with it.
+    EXPECT_TRUE(at::allclose(on_gpu.absmax_scales.cpu(), on_cpu.absmax_scales, 1e-6, 0)) << dtype;
     const at::Tensor kernel = dequantize_nf4(on_gpu).cpu();
     const at::Tensor composition = dequantize_nf4(to_cpu(on_gpu));
     EXPECT_TRUE(at::equal(kernel, composition)) << dtype << ": max difference "
@@ -59,6 +65,13 @@ TEST(Nf4Cuda, KernelTimeForAnEightBillionMlpProjection) {
   std::printf("NF4 dequantisation of a 14336 x 4096 weight: kernel %.3f ms (%.0f GB/s), ATen composition %.3f ms\n",
               kernel, gb / kernel * 1e3, composition);
   EXPECT_LT(kernel, composition);
+  const at::Tensor w = dequantize_nf4(q);
+  const double quantize = time_ms([&] { (void)quantize_nf4(w); });
+  const at::Tensor odd_w = w.reshape(-1).narrow(0, 0, w.numel() - 4);  // the composition's
+  const double quantize_composition = time_ms([&] { (void)quantize_nf4(odd_w); });
+  std::printf("NF4 quantisation of the same weight: kernel (+ ATen double quantisation) %.3f ms, ATen composition "
+              "%.3f ms\n", quantize, quantize_composition);
+  EXPECT_LT(quantize, quantize_composition);
 }
 
 }  // namespace
