@@ -15,7 +15,7 @@ void add_init_command(CLI::App& app, Action& action) {
       "Write a small randomly initialised Llama in Hugging Face format (config.json, model.safetensors)\n"
       "with a SentencePiece/tokenizer.json tokenizer trained on a corpus: for demos and tests.");
   cmd->add_option("out_dir", *out, "Folder to create (must not exist or be empty)")->required();
-  cmd->add_option("--preset", opts->preset, "Model size: test | tiny | small | llama-1b (Llama-3.2-1B shape, bf16)")->capture_default_str();
+  cmd->add_option("--preset", opts->preset, "Model size: test | tiny | small | study (~150M) | llama-1b (Llama-3.2-1B shape, bf16)")->capture_default_str();
   cmd->add_option("--vocab-size", opts->vocab_size, "Tokenizer vocabulary (default: the preset's)");
   cmd->add_option("--seed", opts->seed, "Seed of the weights")->capture_default_str();
   cmd->add_option("--corpus", *corpus,

@@ -28,6 +28,7 @@ const std::vector<Preset>& presets() {
       {"test", 64, 176, 2, 4, 2, 512},
       {"tiny", 128, 352, 4, 2, 1, 2048},  // head_dim 64: our GPU kernels take 64 and 128
       {"small", 512, 1408, 8, 8, 4, 8192},
+      {"study", 1024, 2816, 12, 16, 4, 8192},  // ~150M: the numerics study's (benchmarks/numerics)
       {"llama-1b", 2048, 8192, 16, 32, 8, 128256, true},
   };
   return p;

@@ -11,7 +11,7 @@
 namespace fptrain::app {
 
 struct TinyModelOptions {
-  std::string preset = "tiny";  // test | tiny | small | llama-1b
+  std::string preset = "tiny";  // test | tiny | small | study | llama-1b
   int64_t vocab_size = 0;       // 0: the preset's
   uint64_t seed = 0;
   // Text for the tokenizer: JSONL (every string value is used) or plain text
