@@ -89,6 +89,11 @@ int64_t memory_available(const at::Device& device) {
   return static_cast<int64_t>(free_bytes) + std::max<int64_t>(0, cached);
 }
 
+int64_t memory_total(const at::Device& device) {
+  if (!device.is_cuda()) return 0;
+  return static_cast<int64_t>(at::cuda::getDeviceProperties(device.index())->totalGlobalMem);
+}
+
 MemoryStats memory_stats(const at::Device& device) {
   MemoryStats m;
   if (device.is_cuda()) {

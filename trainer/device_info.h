@@ -37,5 +37,7 @@ int64_t memory_outside_allocator(const at::Device& device);
 // Device memory a new allocation can still get: free on the device plus what the
 // caching allocator holds unused. 0 on the CPU.
 int64_t memory_available(const at::Device& device);
+// The device's whole memory (0 on the CPU).
+int64_t memory_total(const at::Device& device);
 
 }  // namespace fptrain::trainer

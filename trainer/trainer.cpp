@@ -18,6 +18,7 @@
 #include "optim/grad_reducer.h"
 #include "trainer/log/log.h"
 #include "trainer/lr_schedule.h"
+#include "trainer/memory_advice.h"
 #include "trainer/metrics.h"
 #include "trainer/model_setup.h"
 #include "trainer/step_profiler.h"
@@ -110,6 +111,7 @@ class Run {
   void set_up();
   void open_output_dir(int rank);
   std::optional<TrainingState> open_model_and_state();
+  [[noreturn]] void explain_setup_oom(const std::string& phase, const c10::OutOfMemoryError& e) const;
   void open_data(const std::optional<TrainingState>& state);
   void restore(const TrainingState& state);
   void start_records();
@@ -277,6 +279,14 @@ StepRecord Run::train_step_or_explain_oom(const data::TrainStep& ts) {
   }
 }
 
+void Run::explain_setup_oom(const std::string& phase, const c10::OutOfMemoryError& e) const {
+  const models::ModelConfig model =
+      model_.model ? model_.config : models::load_model_config(fs::path(config_.model.path) / "config.json");
+  const int64_t bytes = static_cast<int64_t>(c10::elementSize(resolve_dtype(config_.model.dtype, device_.device)));
+  throw std::runtime_error(setup_oom_message(phase, config_, model, bytes, world(), memory_total(device_.device),
+                                             e.what_without_backtrace()));
+}
+
 Stop Run::stop_reason() {
   bool stop = stop_requested();
   // A signal may reach some ranks only: the group votes (Group::stop_vote).
@@ -304,10 +314,19 @@ void Run::set_up() {
     check_same_configuration(*group_, config_);
   }
   resume_from_ = agree_on_resume(group_.get(), config_);
-  const std::optional<TrainingState> state = open_model_and_state();
+  std::optional<TrainingState> state;
+  try {
+    state = open_model_and_state();
+  } catch (const c10::OutOfMemoryError& e) {
+    explain_setup_oom("loading the model", e);
+  }
   tokenizer_ = load_checked_tokenizer(config_.model.path, model_.config);
   open_data(state);
-  make_optimizer();
+  try {
+    make_optimizer();
+  } catch (const c10::OutOfMemoryError& e) {
+    explain_setup_oom("allocating the gradients and the optimizer state", e);
+  }
   if (state) {
     restore(*state);
   } else {

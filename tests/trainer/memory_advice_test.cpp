@@ -1,0 +1,60 @@
+// The advice an out-of-memory during set-up gives (trainer/memory_advice.h): the per-rank
+// estimate of weights, gradients and optimizer state, and the settings that need less.
+#include "trainer/memory_advice.h"
+
+#include "tests/trainer/trainer_test_util.h"
+
+#include <gtest/gtest.h>
+
+namespace fptrain::trainer {
+namespace {
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+TEST(MemoryAdvice, StateBytesPerRank) {
+  const int64_t n = 1000;
+  EXPECT_EQ(full_tuning_state_bytes(n, 2, true, 1, true), n * (2 + 2 + 12));   // bf16 + fp32 masters, moments
+  EXPECT_EQ(full_tuning_state_bytes(n, 2, false, 1, true), n * (2 + 2 + 4));   // bf16 AdamW
+  EXPECT_EQ(full_tuning_state_bytes(n, 2, true, 4, true), n * 4 + n * 12 / 4);  // sharded over 4
+  EXPECT_EQ(full_tuning_state_bytes(n, 2, true, 4, false), n * 16);             // replicated
+  EXPECT_EQ(full_tuning_state_bytes(n, 4, true, 1, true), n * (4 + 4 + 8));    // fp32 weights take no masters
+}
+
+// A Llama-2-7B shape with fp32 masters on one 80 GB GPU: ~100 GiB (measured 102.8 GiB peak on one
+// H200, benchmarks/distributed/README.md); bf16 AdamW or two ranks fit before activations.
+TEST(MemoryAdvice, NamesTheSettingsThatFit) {
+  models::ModelConfig model;
+  model.architecture = "LlamaForCausalLM";
+  model.vocab_size = 32000;
+  model.hidden_size = 4096;
+  model.intermediate_size = 11008;
+  model.num_hidden_layers = 32;
+  model.num_attention_heads = 32;
+  model.num_key_value_heads = 32;
+  model.head_dim = 128;
+  TrainConfig config;
+  const std::string msg = setup_oom_message("allocating the optimizer state", config, model, 2, 1, 80 * kGiB,
+                                            "CUDA out of memory.");
+  EXPECT_NE(msg.find("out of memory while allocating the optimizer state"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("6738M parameters"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("about 100.41 GiB per rank"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("optimizer.master_weights: false (bf16 AdamW): about 50.21 GiB (fits"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("2 GPUs with the optimizer state sharded (torchrun --nproc_per_node 2): about 62.76 GiB (fits"),
+            std::string::npos) << msg;
+  EXPECT_NE(msg.find("adapter.type: qlora"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("CUDA out of memory."), std::string::npos) << msg;
+
+  config.adapter.type = AdapterType::kLora;  // a frozen base that does not fit: QLoRA is the way
+  const std::string lora = setup_oom_message("loading the model", config, model, 2, 1, 8 * kGiB, "");
+  EXPECT_NE(lora.find("The frozen base alone takes about 12.55 GiB in 16 bits"), std::string::npos) << lora;
+  // 4.13 bits per projection weight, the embeddings and head in bf16 (the 70B of
+  // benchmarks/train: 560 projections in 32.89 GiB).
+  EXPECT_NE(lora.find("use adapter.type: qlora (about 3.60 GiB)"), std::string::npos) << lora;
+  config.adapter.type = AdapterType::kQlora;
+  const std::string qlora = setup_oom_message("loading the model", config, model, 2, 1, 2 * kGiB, "");
+  EXPECT_NE(qlora.find("The 4-bit base takes about 3.60 GiB: it needs a GPU with more memory"), std::string::npos)
+      << qlora;
+}
+
+}  // namespace
+}  // namespace fptrain::trainer

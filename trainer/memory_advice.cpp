@@ -1,0 +1,75 @@
+#include "trainer/memory_advice.h"
+
+#include "common/byte_units.h"
+
+#include <vector>
+
+namespace fptrain::trainer {
+namespace {
+
+// Bytes per parameter of the optimizer state: fp32 master + two fp32 moments, or two
+// moments in the model dtype.
+constexpr int64_t kMasterStateBytes = 12;
+
+// A QLoRA base: the projections at 4.13 bits per weight (NF4 + double-quantised maxima, models/nf4.h),
+// the embeddings and head in the model dtype (norms are negligible).
+int64_t qlora_base_bytes(const models::ModelConfig& m, int64_t dtype_bytes) {
+  const int64_t embeddings = m.vocab_size * m.hidden_size * (m.tie_word_embeddings ? 1 : 2);
+  return (m.num_parameters() - embeddings) * 413 / 800 + embeddings * dtype_bytes;
+}
+
+struct Option {
+  std::string setting;
+  int64_t bytes;
+};
+
+std::string fits(int64_t bytes, int64_t device_bytes) {
+  return common::gib_text(bytes) + (device_bytes > 0 && bytes < device_bytes * 9 / 10 ? " (fits, before activations)"
+                                                                                      : "");
+}
+
+}  // namespace
+
+int64_t full_tuning_state_bytes(int64_t params, int64_t dtype_bytes, bool master_weights, int64_t ranks,
+                                bool sharded) {
+  const bool masters = master_weights && dtype_bytes < 4;
+  const int64_t state = masters ? kMasterStateBytes : 2 * dtype_bytes;
+  const int64_t split = sharded && ranks > 1 ? ranks : 1;
+  return params * 2 * dtype_bytes + params * state / split;
+}
+
+std::string setup_oom_message(const std::string& phase, const TrainConfig& config, const models::ModelConfig& model,
+                              int64_t bytes, int64_t ranks, int64_t device_bytes, const std::string& torch_message) {
+  const int64_t params = model.num_parameters();
+  const bool sharded = config.distributed.shard_optimizer != ShardOptimizer::kOff;
+  std::string msg = "out of memory while " + phase + " (" + model.architecture + ", " +
+                    std::to_string(params / 1000000) + "M parameters; the device has " +
+                    (device_bytes > 0 ? common::gib_text(device_bytes) : std::string("unknown memory")) + "). ";
+  if (config.adapter.type == AdapterType::kQlora) {
+    msg += "The 4-bit base takes about " + common::gib_text(qlora_base_bytes(model, bytes)) +
+           ": it needs a GPU with more memory.";
+  } else if (config.adapter.type == AdapterType::kLora) {
+    msg += "The frozen base alone takes about " + common::gib_text(params * bytes) + " in " +
+           std::to_string(8 * bytes) + " bits: use adapter.type: qlora (about " +
+           common::gib_text(qlora_base_bytes(model, bytes)) + ") or a GPU with more memory.";
+  } else {
+    const int64_t now = full_tuning_state_bytes(params, bytes, config.optimizer.master_weights, ranks, sharded);
+    msg += "Full fine-tuning needs about " + common::gib_text(now) + " per rank for weights, gradients and "
+           "optimizer state before any activation. Settings that need less:";
+    std::vector<Option> options;
+    if (config.optimizer.master_weights && bytes < 4)
+      options.push_back({"optimizer.master_weights: false (bf16 AdamW)",
+                         full_tuning_state_bytes(params, bytes, false, ranks, sharded)});
+    for (int64_t more : {2, 4, 8})
+      if (more > ranks)
+        options.push_back({std::to_string(more) + " GPUs with the optimizer state sharded (torchrun --nproc_per_node " +
+                               std::to_string(more) + ")",
+                           full_tuning_state_bytes(params, bytes, config.optimizer.master_weights, more, true)});
+    options.push_back({"adapter.type: lora (a frozen base and small adapters)", params * bytes});
+    options.push_back({"adapter.type: qlora (a 4-bit base)", qlora_base_bytes(model, bytes)});
+    for (const Option& o : options) msg += "\n  - " + o.setting + ": about " + fits(o.bytes, device_bytes);
+  }
+  return msg + "\n" + torch_message;
+}
+
+}  // namespace fptrain::trainer

@@ -1,0 +1,27 @@
+// Out of memory while a run sets up (loading the model, allocating the optimizer
+// state): what the weights and optimizer state need per rank against the device's
+// memory, and the settings that need less, each with its size.
+#pragma once
+
+#include "models/model_config.h"
+#include "trainer/config.h"
+
+#include <cstdint>
+#include <string>
+
+namespace fptrain::trainer {
+
+// Bytes per rank of what set-up allocates for full fine-tuning of `params` parameters in
+// `dtype_bytes`-byte weights: weights and gradients, and the optimizer state (fp32 masters
+// and moments with master weights, else moments in the model dtype), split over `ranks`
+// when sharded.
+int64_t full_tuning_state_bytes(int64_t params, int64_t dtype_bytes, bool master_weights, int64_t ranks,
+                                bool sharded);
+
+// The error's text: the phase, the estimate against `device_bytes` for weights of `dtype_bytes`,
+// the settings that need less with their sizes, and LibTorch's message.
+std::string setup_oom_message(const std::string& phase, const TrainConfig& config, const models::ModelConfig& model,
+                              int64_t dtype_bytes, int64_t ranks, int64_t device_bytes,
+                              const std::string& torch_message);
+
+}  // namespace fptrain::trainer
