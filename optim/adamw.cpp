@@ -52,7 +52,9 @@ AdamW::AdamW(std::vector<std::string> names, std::vector<at::Tensor> params, con
   }
   const int64_t local = dp_.shard ? l.shard_size() : l.total();
   const auto state_options = w.options().dtype(master_weights_ ? at::kFloat : w.scalar_type());
-  if (master_weights_) {
+  if (master_weights_ && options.split_masters && dtype == at::kBFloat16) {
+    master_ = at::zeros({local}, w.options().dtype(at::kShort));  // a bf16 weight is its own master: remainder 0
+  } else if (master_weights_) {
     master_ = at::empty({local}, state_options);
     for (const Range& r : ranges_) master_.narrow(0, r.local, r.numel).copy_(w.narrow(0, r.flat, r.numel));
   }
@@ -194,9 +196,15 @@ std::vector<std::pair<std::string, at::Tensor>> AdamW::state() const {
   std::vector<std::pair<std::string, at::Tensor>> out;
   const FlatLayout& l = flat_->layout();
   const at::Tensor& weights = master_weights_ ? master_ : flat_->weights();
+  // Split masters are saved as the fp32 masters they are (a new tensor per parameter, on the CPU).
+  auto joined = [&](int64_t flat, int64_t local, int64_t numel) {
+    return flat::join_masters(flat_->weights().narrow(0, flat, numel).cpu(), master_.narrow(0, local, numel).cpu());
+  };
   if (!dp_.shard) {
     for (size_t i = 0; i < names_.size(); ++i) {
-      out.emplace_back("weight." + names_[i], flat_->segment(weights, i));
+      const FlatSegment& s = l.segments()[i];
+      out.emplace_back("weight." + names_[i], split_masters() ? joined(s.offset, s.offset, s.numel).view(s.shape)
+                                                              : flat_->segment(weights, i));
       out.emplace_back("exp_avg." + names_[i], flat_->segment(exp_avg_, i));
       out.emplace_back("exp_avg_sq." + names_[i], flat_->segment(exp_avg_sq_, i));
     }
@@ -211,7 +219,11 @@ std::vector<std::pair<std::string, at::Tensor>> AdamW::state() const {
       return whole ? v.view(s.shape) : v;
     };
     // Without master weights the weights are the model's, at their flat place.
-    out.emplace_back("weight." + key, master_weights_ ? piece(master_, p.local_offset) : piece(flat_->weights(), p.flat_offset));
+    at::Tensor weight = split_masters()   ? joined(p.flat_offset, p.local_offset, p.numel)
+                        : master_weights_ ? piece(master_, p.local_offset)
+                                          : piece(flat_->weights(), p.flat_offset);
+    if (split_masters() && whole) weight = weight.view(s.shape);
+    out.emplace_back("weight." + key, weight);
     out.emplace_back("exp_avg." + key, piece(exp_avg_, p.local_offset));
     out.emplace_back("exp_avg_sq." + key, piece(exp_avg_sq_, p.local_offset));
   }
@@ -275,15 +287,24 @@ void AdamW::load_state(const std::vector<std::pair<std::string, at::Tensor>>& te
   for (const ShardPiece& p : pieces) {
     const FlatSegment& s = l.segments()[p.segment];
     if (p.numel == 0) continue;
-    const at::Tensor w = master_weights_ ? weights.narrow(0, p.local_offset, p.numel)
-                                         : flat_->weights().narrow(0, p.flat_offset, p.numel);
-    restore("weight." + names_[p.segment], s, p.segment_offset, w);
+    if (split_masters()) {  // the saved fp32 masters, split into the model's weights and the remainders
+      const at::Tensor m = at::empty({p.numel}, master_.options().dtype(at::kFloat));
+      restore("weight." + names_[p.segment], s, p.segment_offset, m);
+      flat::split_masters(m, flat_->weights().narrow(0, p.flat_offset, p.numel),
+                          master_.narrow(0, p.local_offset, p.numel));
+    } else {
+      const at::Tensor w = master_weights_ ? weights.narrow(0, p.local_offset, p.numel)
+                                           : flat_->weights().narrow(0, p.flat_offset, p.numel);
+      restore("weight." + names_[p.segment], s, p.segment_offset, w);
+    }
     restore("exp_avg." + names_[p.segment], s, p.segment_offset, exp_avg_.narrow(0, p.local_offset, p.numel));
     restore("exp_avg_sq." + names_[p.segment], s, p.segment_offset, exp_avg_sq_.narrow(0, p.local_offset, p.numel));
   }
   // The model: the masters, rounded (every rank's slices, then gathered).
   if (master_weights_) {
-    for (const Range& r : ranges_) flat_->weights().narrow(0, r.flat, r.numel).copy_(master_.narrow(0, r.local, r.numel));
+    if (!split_masters())
+      for (const Range& r : ranges_)
+        flat::copy_masters_to_model(master_.narrow(0, r.local, r.numel), flat_->weights().narrow(0, r.flat, r.numel));
     if (dp_.shard) {
       std::vector<size_t> all;
       for (const Range& r : ranges_) all.push_back(r.bucket);

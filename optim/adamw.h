@@ -6,6 +6,9 @@
 // optimizer.master_weights) the optimizer keeps fp32 master weights and fp32
 // moments, each one buffer; without them (an fp32 model, or master_weights:
 // false) it updates the weight buffer in place with moments of the model dtype.
+// With split masters (a bf16 model, optimizer.split_masters) each master is the
+// model's bf16 weight and a 16-bit remainder: the same fp32 values, 2 bytes less
+// per parameter.
 //
 // A step is a few launches whatever the parameter count:
 //   grad_norm    one reduction over the gradient buffer (fp32 sums): the norm and,
@@ -118,7 +121,9 @@ class AdamW {
   void keep_on_zero(const std::vector<const at::Tensor*>& params) { flat_->keep_on_zero(params); }
   // With sharding, master / exp_avg / exp_avg_sq hold this rank's shard
   // (layout.shard_size() elements, FlatLayout::shard_ranges order).
+  // The fp32 masters, or with split masters their 16-bit remainders (int16).
   const at::Tensor& master() const { return master_; }
+  bool split_masters() const { return master_.defined() && master_.scalar_type() == at::kShort; }
   const at::Tensor& exp_avg() const { return exp_avg_; }
   const at::Tensor& exp_avg_sq() const { return exp_avg_sq_; }
   const at::Tensor& accumulator() const { return accum_; }
@@ -146,7 +151,7 @@ class AdamW {
   std::vector<Range> ranges_;
   std::unique_ptr<FlatParameters> flat_;
   bool master_weights_ = false;
-  at::Tensor master_;               // fp32 masters (master weights only)
+  at::Tensor master_;               // fp32 masters, or int16 remainders (split), with master weights only
   at::Tensor exp_avg_, exp_avg_sq_;  // fp32 with master weights, else the model dtype
   at::Tensor accum_;                // fp32 gradient sums over micro-batches (accumulate_gradients)
   bool accum_active_ = false;       // accum_ holds gradients of the current step

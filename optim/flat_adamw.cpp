@@ -87,13 +87,25 @@ void cpu_grad_norm(const at::Tensor& grads, const at::Tensor& accum, double max_
   coef.data_ptr<float>()[0] = clip_coefficient(n2, static_cast<float>(max_norm));
 }
 
-template <typename P, bool kMaster>
+// Where the update's fp32 weight lives: the model's buffer itself, an fp32 master buffer, or
+// the model's bf16 weight joined with the master's 16-bit remainder (flat_adamw_math.h).
+enum class Masters { kNone, kFp32, kSplit };
+
+// The model's copy of a master: bf16 by master_weight_bits (ties away from zero), fp16 by the cast.
+template <typename P>
+P model_copy(float master) {
+  if constexpr (std::is_same_v<P, c10::BFloat16>) return P(master_weight_bits(master), P::from_bits());
+  else return static_cast<P>(master);
+}
+
+template <typename P, Masters kM>
 void cpu_step(const at::Tensor& weights, const at::Tensor& master, const at::Tensor& exp_avg,
               const at::Tensor& exp_avg_sq, const at::Tensor& grads, const at::Tensor& accum, const at::Tensor& coef,
               const AdamWScalars& s) {
-  using M = std::conditional_t<kMaster, float, P>;
+  using M = std::conditional_t<kM != Masters::kNone, float, P>;
   P* w_model = weights.data_ptr<P>();
-  float* w_master = kMaster ? master.data_ptr<float>() : nullptr;
+  float* w_master = kM == Masters::kFp32 ? master.data_ptr<float>() : nullptr;
+  uint16_t* remainder = kM == Masters::kSplit ? reinterpret_cast<uint16_t*>(master.data_ptr<int16_t>()) : nullptr;
   M* m_ptr = exp_avg.data_ptr<M>();
   M* v_ptr = exp_avg_sq.data_ptr<M>();
   const P* g_ptr = grads.data_ptr<P>();
@@ -103,13 +115,17 @@ void cpu_step(const at::Tensor& weights, const at::Tensor& master, const at::Ten
     for (int64_t i = begin; i < end; ++i) {
       const float graw = static_cast<float>(g_ptr[i]);
       const float g = acc ? effective_grad(acc[i], graw, c) : effective_grad(graw, c);
-      float w = kMaster ? w_master[i] : static_cast<float>(w_model[i]);
+      float w;
+      if constexpr (kM == Masters::kFp32) w = w_master[i];
+      else if constexpr (kM == Masters::kSplit) w = join_master(w_model[i].x, remainder[i]);
+      else w = static_cast<float>(w_model[i]);
       float m = static_cast<float>(m_ptr[i]), v = static_cast<float>(v_ptr[i]);
       adamw_element(g, w, m, v, s);
       m_ptr[i] = static_cast<M>(m);
       v_ptr[i] = static_cast<M>(v);
-      if constexpr (kMaster) w_master[i] = w;
-      w_model[i] = static_cast<P>(w);
+      if constexpr (kM == Masters::kFp32) w_master[i] = w;
+      if constexpr (kM == Masters::kSplit) remainder[i] = master_remainder(w);
+      w_model[i] = kM == Masters::kNone ? static_cast<P>(w) : model_copy<P>(w);
     }
   });
 }
@@ -145,10 +161,12 @@ void aten_step(const at::Tensor& weights, const at::Tensor& master, const at::Te
   if (accum.defined()) g = g + accum;
   if (coef.defined()) g = g * coef;
   const at::Tensor step = at::full({}, static_cast<double>(h.step), weights.options().dtype(at::kFloat));
-  const at::Tensor& target = master.defined() ? master : weights;
+  const bool split = master.defined() && master.scalar_type() == at::kShort;
+  const at::Tensor target = split ? join_masters(weights, master) : master.defined() ? master : weights;
   at::_fused_adamw_({target}, {g.to(target.scalar_type())}, {exp_avg}, {exp_avg_sq}, {}, {step}, h.lr, h.beta1,
                     h.beta2, h.weight_decay, h.eps, /*amsgrad=*/false, /*maximize=*/false);
-  if (master.defined()) weights.copy_(master);
+  if (split) split_masters(target, weights, master);
+  else if (master.defined()) copy_masters_to_model(master, weights);
 }
 
 }  // namespace
@@ -192,9 +210,12 @@ void adamw_step(const at::Tensor& weights, const at::Tensor& master, const at::T
   const at::ScalarType moments = master.defined() ? at::kFloat : weights.scalar_type();
   check_dtype(exp_avg, moments, "exp_avg");
   check_dtype(exp_avg_sq, moments, "exp_avg_sq");
+  const bool split = master.defined() && master.scalar_type() == at::kShort;
   if (master.defined()) {
     check_buffer(master, "the master weights", grads);
-    check_dtype(master, at::kFloat, "the master weights");
+    if (split && weights.scalar_type() != at::kBFloat16)
+      throw std::invalid_argument("flat optimizer: split masters (int16 remainders) need bf16 weights");
+    if (!split) check_dtype(master, at::kFloat, "the master weights");
     if (weights.scalar_type() == at::kFloat)
       throw std::invalid_argument("flat optimizer: fp32 weights take no separate master weights");
   }
@@ -218,10 +239,14 @@ void adamw_step(const at::Tensor& weights, const at::Tensor& master, const at::T
   dispatch_model_dtype(weights.scalar_type(), [&](auto tag) {
     using P = decltype(tag);
     if constexpr (std::is_same_v<P, float>) {
-      cpu_step<P, false>(weights, master, exp_avg, exp_avg_sq, grads, accum, coef, s);
+      cpu_step<P, Masters::kNone>(weights, master, exp_avg, exp_avg_sq, grads, accum, coef, s);
+    } else if (split) {
+      if constexpr (std::is_same_v<P, c10::BFloat16>)
+        cpu_step<P, Masters::kSplit>(weights, master, exp_avg, exp_avg_sq, grads, accum, coef, s);
+    } else if (master.defined()) {
+      cpu_step<P, Masters::kFp32>(weights, master, exp_avg, exp_avg_sq, grads, accum, coef, s);
     } else {
-      if (master.defined()) cpu_step<P, true>(weights, master, exp_avg, exp_avg_sq, grads, accum, coef, s);
-      else cpu_step<P, false>(weights, master, exp_avg, exp_avg_sq, grads, accum, coef, s);
+      cpu_step<P, Masters::kNone>(weights, master, exp_avg, exp_avg_sq, grads, accum, coef, s);
     }
   });
 }
@@ -241,6 +266,41 @@ void accumulate(const at::Tensor& accum, const at::Tensor& grads) {
     return;
   }
   dispatch_model_dtype(grads.scalar_type(), [&](auto tag) { cpu_accumulate<decltype(tag)>(accum, grads); });
+}
+
+// ---- masters as bf16 weights and remainders ------------------------------------
+// ATen integer arithmetic over the bit patterns, on any device (flat_adamw_math.h's rules).
+namespace {
+
+at::Tensor bits_of(const at::Tensor& t, at::ScalarType as) { return t.view(as).to(at::kLong); }
+
+}  // namespace
+
+at::Tensor join_masters(const at::Tensor& weights, const at::Tensor& remainder) {
+  const at::Tensor w = at::bitwise_and(bits_of(weights, at::kShort), 0xFFFF);
+  const at::Tensor r = at::bitwise_and(bits_of(remainder, at::kShort), 0xFFFF);
+  const at::Tensor upper = at::bitwise_and(w - r.ge(0x8000).to(at::kLong), 0xFFFF);
+  const at::Tensor bits = at::bitwise_or(at::bitwise_left_shift(upper, 16), r);
+  // The low 32 bits of each int64, as int32 (two's complement), then viewed as fp32.
+  return at::where(bits.ge(int64_t{1} << 31), bits - (int64_t{1} << 32), bits).to(at::kInt).view(at::kFloat);
+}
+
+void split_masters(const at::Tensor& master, const at::Tensor& weights, const at::Tensor& remainder) {
+  const at::Tensor bits = at::bitwise_and(bits_of(master, at::kInt), 0xFFFFFFFFLL);
+  auto as_int16 = [](const at::Tensor& u16) {
+    return at::where(u16.ge(0x8000), u16 - 0x10000, u16).to(at::kShort);
+  };
+  weights.view(at::kShort).copy_(as_int16(at::bitwise_and(at::bitwise_right_shift(bits + 0x8000, 16), 0xFFFF)));
+  remainder.copy_(as_int16(at::bitwise_and(bits, 0xFFFF)));
+}
+
+void copy_masters_to_model(const at::Tensor& master, const at::Tensor& weights) {
+  if (weights.scalar_type() != at::kBFloat16) {
+    weights.copy_(master);
+    return;
+  }
+  at::Tensor unused = at::empty(weights.sizes(), weights.options().dtype(at::kShort));
+  split_masters(master, weights, unused);
 }
 
 }  // namespace fptrain::optim::flat

@@ -31,14 +31,25 @@ void grad_norm(const at::Tensor& grads, const at::Tensor& accum, double max_norm
 
 // One AdamW step in one pass: g = (accum + grads) * coef (accum, coef optional);
 // with `master` (fp32) the update runs on it and weights (model dtype) receive its
-// rounding, moments fp32; without it weights are updated in place and the
-// moments have their dtype.
+// rounding (bf16: master_weight_bits, ties away from zero), moments fp32; with
+// `master` int16 (split masters, bf16 weights only) it holds the masters' lower
+// halves and the update runs on join_master(weight, remainder), bit for bit the
+// fp32 master's; without it weights are updated in place and the moments have
+// their dtype.
 void adamw_step(const at::Tensor& weights, const at::Tensor& master, const at::Tensor& exp_avg,
                 const at::Tensor& exp_avg_sq, const at::Tensor& grads, const at::Tensor& accum,
                 const at::Tensor& coef, const AdamWHyper& hyper);
 
 // accum (fp32) += grads; grads = 0, in one pass.
 void accumulate(const at::Tensor& accum, const at::Tensor& grads);
+
+// Split masters as fp32 (a new tensor) from bf16 weights and int16 remainders, and back
+// (weights and remainder written in place); any device.
+at::Tensor join_masters(const at::Tensor& weights, const at::Tensor& remainder);
+void split_masters(const at::Tensor& master, const at::Tensor& weights, const at::Tensor& remainder);
+// The model's copy of fp32 masters: bf16 rounded as the step rounds it (ties away from zero),
+// fp16 by the cast.
+void copy_masters_to_model(const at::Tensor& master, const at::Tensor& weights);
 
 // Whether the CUDA kernels are in this build (else CUDA tensors take the ATen fallback).
 bool cuda_kernels_built();

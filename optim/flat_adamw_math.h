@@ -21,6 +21,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #if defined(__CUDACC__)
 #define FPTRAIN_FLAT_HD __host__ __device__ __forceinline__
@@ -89,6 +90,47 @@ FPTRAIN_FLAT_HD void adamw_element(float g, float& w, float& m, float& v, const 
   v = f_fma(f_mul(s.one_minus_beta2, g), g, f_mul(v, s.beta2));
   const float denom = f_add(f_div(f_sqrt(v), s.bias_correction2_sqrt), s.eps);
   w = f_add(w, f_div(f_mul(s.neg_step_size, m), denom));
+}
+
+// ---- Masters as a bf16 weight and its 16-bit remainder ------------------------
+//
+// The bf16 copy of an fp32 master is its upper 16 bits rounded to nearest with ties
+// away from zero (adding half a bf16 ulp to the bit pattern carries into the upper half
+// exactly when the lower half is at least 0x8000). Then the master is that weight's bits
+// and the master's own lower 16 bits, recoverable for every bit pattern: the upper half
+// is the weight's, less one when the lower half is 0x8000 or more. Ties to even (what a
+// cast does) cannot be undone so: a lower half of 0x8000 under an even weight can come
+// from either neighbour, 65,537 cases for 16 bits. So every bf16 model with master
+// weights rounds its copy this way, kept as an fp32 buffer or as the remainder buffer
+// (optimizer.master_weights: split), and the two train bit for bit alike.
+FPTRAIN_FLAT_HD uint32_t f_bits(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+#endif
+}
+FPTRAIN_FLAT_HD float f_from_bits(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+#endif
+}
+// The bf16 bits of a master (nearest, ties away from zero).
+FPTRAIN_FLAT_HD uint16_t master_weight_bits(float master) {
+  return static_cast<uint16_t>((f_bits(master) + 0x8000u) >> 16);
+}
+// The master's lower 16 bits: what the weight does not hold.
+FPTRAIN_FLAT_HD uint16_t master_remainder(float master) { return static_cast<uint16_t>(f_bits(master) & 0xFFFFu); }
+// The master again from its weight's bits and its remainder.
+FPTRAIN_FLAT_HD float join_master(uint16_t weight_bits, uint16_t remainder) {
+  const uint32_t upper = static_cast<uint16_t>(weight_bits - (remainder >= 0x8000u ? 1u : 0u));
+  return f_from_bits((upper << 16) | remainder);
 }
 
 // The gradient the update sees: the fp32 accumulator (when there is one) plus

@@ -12,6 +12,10 @@ struct OptimizerSection {
   double weight_decay = 0.0;
   // fp32 master weights and moments next to low-precision model weights; false = pure model dtype.
   bool master_weights = true;
+  // With master weights and a bf16 model: each master kept as the model's bf16 weight and
+  // a 16-bit remainder (optim/flat_adamw_math.h) instead of an fp32 copy: 2 bytes less per
+  // parameter, the same bits (YAML: master_weights: split).
+  bool split_masters = false;
   // With master weights: sum the micro-batches' gradients in fp32 (one more pass per
   // micro-batch and 4 bytes per parameter) instead of in the model dtype, in place.
   bool fp32_grad_accumulation = false;

@@ -430,8 +430,24 @@ const std::vector<KeyDef>& key_defs() {
     t.number("optimizer.eps", "AdamW epsilon", MEMBER(optimizer.eps), 0.0, 1.0, /*lo_open=*/true);
     t.number("optimizer.weight_decay", "decoupled weight decay (applied to every parameter)",
              MEMBER(optimizer.weight_decay), 0.0, 10.0);
-    t.boolean("optimizer.master_weights", "true: fp32 master weights and moments; false: pure model dtype",
-              MEMBER(optimizer.master_weights));
+    t.custom(
+        "optimizer.master_weights",
+        "true: fp32 master weights and moments; split: the same masters kept as the bf16 weight and a 16-bit "
+        "remainder (2 bytes less per parameter, the same training bit for bit); false: pure model dtype",
+        [](auto& n, auto& c, auto& w) {
+          const bool split = n.IsScalar() && n.Scalar() == "split";
+          if (!split) {
+            std::string v = n.IsScalar() ? n.Scalar() : std::string();
+            std::transform(v.begin(), v.end(), v.begin(), ::tolower);
+            if (v != "true" && v != "yes" && v != "on" && v != "false" && v != "no" && v != "off")
+              fail(w, "expected true, false or split, got " + scalar_text(n));
+          }
+          c.optimizer.split_masters = split;
+          c.optimizer.master_weights = split || as_bool(n, w);
+        },
+        [](TrainConfig& c) {
+          return c.optimizer.split_masters ? YAML::Node("split") : YAML::Node(c.optimizer.master_weights);
+        });
     t.boolean("optimizer.fp32_grad_accumulation",
               "with master weights: sum the micro-batches' gradients in fp32 (4 more bytes per parameter, one "
               "more pass per micro-batch) instead of in place in the model dtype",

@@ -57,6 +57,10 @@ std::string setup_oom_message(const std::string& phase, const TrainConfig& confi
     msg += "Full fine-tuning needs about " + common::gib_text(now) + " per rank for weights, gradients and "
            "optimizer state before any activation. Settings that need less:";
     std::vector<Option> options;
+    if (config.optimizer.master_weights && bytes == 2 && !config.optimizer.split_masters)
+      options.push_back({"optimizer.master_weights: split (the same training, 2 bytes less per parameter)",
+                         full_tuning_state_bytes(params, bytes, true, ranks, sharded) - params * 2 /
+                             (sharded && ranks > 1 ? ranks : 1)});
     if (config.optimizer.master_weights && bytes < 4)
       options.push_back({"optimizer.master_weights: false (bf16 AdamW)",
                          full_tuning_state_bytes(params, bytes, false, ranks, sharded)});

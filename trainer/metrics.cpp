@@ -290,7 +290,10 @@ void log_run_banner(const TrainConfig& config, const models::ModelConfig& mc, co
   const Checkpointing& ckpt = config.model.activation_checkpointing;
   log::info("device " + device.name + " | dtype " + models::dtype_name(dtype) + " | attention " +
             std::string(attention::backend_name(backend)) + " | AdamW " +
-            (master_weights ? "with fp32 master weights" : "in " + models::dtype_name(dtype)) +
+            (!master_weights ? "in " + models::dtype_name(dtype)
+             : config.optimizer.split_masters && dtype == at::kBFloat16
+                 ? std::string("with fp32 master weights (split: the bf16 weights and 16-bit remainders)")
+                 : std::string("with fp32 master weights")) +
             (ckpt != Checkpointing::none() ? " | activation checkpointing " + ckpt.name() : std::string()));
   const data::BatchMode mode = config.batching.mode;
   const int64_t row = config.batching.row_tokens > 0 ? config.batching.row_tokens : config.data.max_length;

@@ -270,7 +270,9 @@ StepRecord Run::train_step_or_explain_oom(const data::TrainStep& ts) {
     if (config_.model.activation_checkpointing != Checkpointing::every(1)) also += ", or set model.activation_checkpointing: every_layer";
     if (config_.optimizer.master_weights)
       also += ", or shard the fp32 master weights and moments over more GPUs (they hold 12 bytes per parameter) "
-              "or set optimizer.master_weights: false";
+              "or set optimizer.master_weights: " +
+              std::string(config_.optimizer.split_masters ? "" : "split (the same training, 2 bytes less) or ") +
+              "false";
     throw std::runtime_error(
         "out of memory in step " + std::to_string(step_ + 1) + " (largest micro-batch " + std::to_string(tokens) +
         " tokens). Lower batching.examples_per_micro_batch or batching.max_tokens (raise "

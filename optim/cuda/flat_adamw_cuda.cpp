@@ -71,7 +71,9 @@ void adamw_step(const at::Tensor& weights, const at::Tensor& master, const at::T
   StepArgs a;
   a.dtype = dtype_of(weights);
   a.weights = weights.data_ptr();
-  a.master = ptr_or_null<float>(master);
+  const bool split = master.defined() && master.scalar_type() == at::kShort;
+  a.master = split ? nullptr : ptr_or_null<float>(master);
+  a.remainder = split ? reinterpret_cast<uint16_t*>(master.data_ptr<int16_t>()) : nullptr;
   a.exp_avg = exp_avg.data_ptr();
   a.exp_avg_sq = exp_avg_sq.data_ptr();
   a.grads = grads.data_ptr();

@@ -59,26 +59,59 @@ __device__ __forceinline__ void store8_zero(void* p, int element_bytes) {
 }
 
 // ---- the AdamW step ---------------------------------------------------------
-template <typename P, bool kMaster, bool kAccum>
+// Where the update's fp32 weight lives (optim/flat_adamw.cpp's Masters).
+enum Masters : int { kNone = 0, kFp32 = 1, kSplit = 2 };
+
+// The model's copy of a master: bf16 by flat::master_weight_bits (ties away from zero), fp16 by the cast.
+template <typename P>
+__device__ __forceinline__ P model_copy(float w) {
+  if constexpr (std::is_same_v<P, __nv_bfloat16>) return __ushort_as_bfloat16(flat::master_weight_bits(w));
+  else return from_float<P>(w);
+}
+template <typename P>
+__device__ __forceinline__ uint16_t weight_bits(P x) {
+  if constexpr (std::is_same_v<P, __nv_bfloat16>) return __bfloat16_as_ushort(x);
+  else return 0;  // split masters take bf16 weights only (dispatch_step)
+}
+
+template <typename P, int kM, bool kAccum>
 __device__ __forceinline__ void step_one(const StepArgs& a, int64_t i, float coef) {
-  using M = std::conditional_t<kMaster, float, P>;
+  using M = std::conditional_t<kM != kNone, float, P>;
   P* weights = static_cast<P*>(a.weights);
   M* exp_avg = static_cast<M*>(a.exp_avg);
   M* exp_avg_sq = static_cast<M*>(a.exp_avg_sq);
   const float graw = to_float(static_cast<const P*>(a.grads)[i]);
   const float g = kAccum ? flat::effective_grad(a.accum[i], graw, coef) : flat::effective_grad(graw, coef);
-  float w = kMaster ? a.master[i] : to_float(weights[i]);
+  float w = kM == kFp32    ? a.master[i]
+            : kM == kSplit ? flat::join_master(weight_bits(weights[i]), a.remainder[i])
+                           : to_float(weights[i]);
   float m = to_float(exp_avg[i]), v = to_float(exp_avg_sq[i]);
   flat::adamw_element(g, w, m, v, a.scalars);
   exp_avg[i] = from_float<M>(m);
   exp_avg_sq[i] = from_float<M>(v);
-  if (kMaster) a.master[i] = w;
-  weights[i] = from_float<P>(w);
+  if (kM == kFp32) a.master[i] = w;
+  if (kM == kSplit) a.remainder[i] = flat::master_remainder(w);
+  weights[i] = kM == kNone ? from_float<P>(w) : model_copy<P>(w);
 }
 
-template <typename P, bool kMaster, bool kAccum>
+// 8 16-bit values as one 16-byte load or store.
+__device__ __forceinline__ void load8_bits(const void* p, uint16_t out[8]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(&raw);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) out[k] = h[k];
+}
+__device__ __forceinline__ void store8_bits(void* p, const uint16_t in[8]) {
+  uint4 raw;
+  uint16_t* h = reinterpret_cast<uint16_t*>(&raw);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) h[k] = in[k];
+  *reinterpret_cast<uint4*>(p) = raw;
+}
+
+template <typename P, int kM, bool kAccum>
 __device__ __forceinline__ void step_eight(const StepArgs& a, int64_t i, float coef) {
-  using M = std::conditional_t<kMaster, float, P>;
+  using M = std::conditional_t<kM != kNone, float, P>;
   P* weights = static_cast<P*>(a.weights);
   M* exp_avg = static_cast<M*>(a.exp_avg);
   M* exp_avg_sq = static_cast<M*>(a.exp_avg_sq);
@@ -93,59 +126,88 @@ __device__ __forceinline__ void step_eight(const StepArgs& a, int64_t i, float c
 #pragma unroll
     for (int k = 0; k < 8; ++k) g[k] = flat::effective_grad(g[k], coef);
   }
-  if (kMaster) load8(a.master + i, w);
-  else load8(weights + i, w);
+  uint16_t wb[8], rb[8];
+  if constexpr (kM == kFp32) {
+    load8(a.master + i, w);
+  } else if constexpr (kM == kSplit) {
+    load8_bits(weights + i, wb);
+    load8_bits(a.remainder + i, rb);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) w[k] = flat::join_master(wb[k], rb[k]);
+  } else {
+    load8(weights + i, w);
+  }
   load8(exp_avg + i, m);
   load8(exp_avg_sq + i, v);
 #pragma unroll
   for (int k = 0; k < 8; ++k) flat::adamw_element(g[k], w[k], m[k], v[k], a.scalars);
   store8(exp_avg + i, m);
   store8(exp_avg_sq + i, v);
-  if (kMaster) store8(a.master + i, w);
-  store8(weights + i, w);
+  if constexpr (kM == kNone) {
+    store8(weights + i, w);
+  } else if constexpr (std::is_same_v<P, __nv_bfloat16>) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      wb[k] = flat::master_weight_bits(w[k]);
+      rb[k] = flat::master_remainder(w[k]);
+    }
+    store8_bits(weights + i, wb);
+    if constexpr (kM == kSplit) store8_bits(a.remainder + i, rb);
+    else store8(a.master + i, w);
+  } else {  // fp16 with fp32 masters: the cast
+    store8(a.master + i, w);
+    store8(weights + i, w);
+  }
 }
 
 // Thread t handles elements [8t, 8t+8) (vector) or element t (scalar); in the
 // vector variant one more thread takes the n % 8 elements at the end.
-template <typename P, bool kMaster, bool kAccum, bool kVector>
+template <typename P, int kM, bool kAccum, bool kVector>
 __global__ void __launch_bounds__(kThreads) adamw_step_kernel(StepArgs a) {
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const float coef = a.coef ? *a.coef : 1.0f;
   if (!kVector) {
-    if (t < a.n) step_one<P, kMaster, kAccum>(a, t, coef);
+    if (t < a.n) step_one<P, kM, kAccum>(a, t, coef);
     return;
   }
   const int64_t groups = a.n / kVec;
   if (t < groups) {
-    step_eight<P, kMaster, kAccum>(a, t * kVec, coef);
+    step_eight<P, kM, kAccum>(a, t * kVec, coef);
   } else if (t == groups) {
-    for (int64_t i = groups * kVec; i < a.n; ++i) step_one<P, kMaster, kAccum>(a, i, coef);
+    for (int64_t i = groups * kVec; i < a.n; ++i) step_one<P, kM, kAccum>(a, i, coef);
   }
 }
 
-template <typename P, bool kMaster, bool kAccum>
+template <typename P, int kM, bool kAccum>
 void launch_step(const StepArgs& a, cudaStream_t stream) {
-  const bool vector = aligned16(a.weights) && aligned16(a.master) && aligned16(a.exp_avg) &&
-                      aligned16(a.exp_avg_sq) && aligned16(a.grads) && aligned16(a.accum);
+  const bool vector = aligned16(a.weights) && aligned16(a.master) && aligned16(a.remainder) &&
+                      aligned16(a.exp_avg) && aligned16(a.exp_avg_sq) && aligned16(a.grads) && aligned16(a.accum);
   const int64_t threads = vector ? a.n / kVec + 1 : a.n;
   const int64_t blocks = (threads + kThreads - 1) / kThreads;
-  if (vector) adamw_step_kernel<P, kMaster, kAccum, true><<<blocks, kThreads, 0, stream>>>(a);
-  else adamw_step_kernel<P, kMaster, kAccum, false><<<blocks, kThreads, 0, stream>>>(a);
+  if (vector) adamw_step_kernel<P, kM, kAccum, true><<<blocks, kThreads, 0, stream>>>(a);
+  else adamw_step_kernel<P, kM, kAccum, false><<<blocks, kThreads, 0, stream>>>(a);
   check_cuda(cudaGetLastError(), "flat AdamW step launch");
+}
+
+template <typename P, int kM>
+void launch_step(const StepArgs& a, cudaStream_t stream) {
+  if (a.accum) launch_step<P, kM, true>(a, stream);
+  else launch_step<P, kM, false>(a, stream);
 }
 
 template <typename P>
 void dispatch_step(const StepArgs& a, cudaStream_t stream) {
-  const bool master = a.master != nullptr, accum = a.accum != nullptr;
   if constexpr (std::is_same_v<P, float>) {
-    if (master) throw std::invalid_argument("optim/cuda: fp32 master weights for fp32 weights");
-    if (accum) launch_step<P, false, true>(a, stream);
-    else launch_step<P, false, false>(a, stream);
+    if (a.master || a.remainder) throw std::invalid_argument("optim/cuda: master weights for fp32 weights");
+    launch_step<P, kNone>(a, stream);
+  } else if constexpr (std::is_same_v<P, __nv_bfloat16>) {
+    if (a.remainder) launch_step<P, kSplit>(a, stream);
+    else if (a.master) launch_step<P, kFp32>(a, stream);
+    else launch_step<P, kNone>(a, stream);
   } else {
-    if (master && accum) launch_step<P, true, true>(a, stream);
-    else if (master) launch_step<P, true, false>(a, stream);
-    else if (accum) launch_step<P, false, true>(a, stream);
-    else launch_step<P, false, false>(a, stream);
+    if (a.remainder) throw std::invalid_argument("optim/cuda: split masters need bf16 weights");
+    if (a.master) launch_step<P, kFp32>(a, stream);
+    else launch_step<P, kNone>(a, stream);
   }
 }
 

@@ -16,7 +16,10 @@ namespace fptrain::optim::cuda {
 using common::cuda::Dtype;
 
 // One AdamW step over n elements. With `master` (fp32), the update runs on the
-// master and its rounding is written to `weights` (model dtype); moments are fp32.
+// master and its rounding is written to `weights` (model dtype; bf16 by
+// flat::master_weight_bits); moments are fp32. With `remainder` instead (bf16
+// weights only) the master is flat::join_master(weight, remainder) and both halves
+// are written back.
 // Without it the update runs on `weights` in place and the moments have the
 // model dtype. `accum` (fp32, optional) is added to `grads` first; `coef`
 // (a device fp32 scalar, optional) scales the gradient (the clip coefficient).
@@ -24,6 +27,7 @@ struct StepArgs {
   Dtype dtype = Dtype::kBFloat16;
   void* weights = nullptr;
   float* master = nullptr;
+  uint16_t* remainder = nullptr;
   void* exp_avg = nullptr;
   void* exp_avg_sq = nullptr;
   const void* grads = nullptr;

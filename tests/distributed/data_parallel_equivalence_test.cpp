@@ -79,6 +79,22 @@ TEST(DataParallel, TwoRanksTrainingAdaptersEqualOneRank) {
   }
 }
 
+// Split masters (bf16 weights + 16-bit remainders) sharded over 2 ranks: the same steps and the same
+// checkpoint bytes as fp32 masters sharded the same way, each rank saving its shard as fp32 masters.
+TEST(DataParallel, SplitMastersOverTwoRanksAreTheFp32MastersBitForBit) {
+  WorkDir dir;
+  const std::vector<std::string> bf16 = with(kTen, {"model.dtype=bfloat16", "batching.examples_per_micro_batch=4",
+                                                    "distributed.shard_optimizer=true", "training.max_steps=6"});
+  const auto fp32 = train_run(dir, "fp32", 2, kTokens, "", with(bf16, {"optimizer.master_weights=true"}));
+  const auto split = train_run(dir, "split", 2, kTokens, "", with(bf16, {"optimizer.master_weights=split"}));
+  ASSERT_EQ(fp32.records.size(), 6u) << fp32.outcome.describe();
+  expect_same_steps(split.records, fp32.records, 0.0);
+  for (const char* file : {"model.safetensors", "training_state.rank0.safetensors", "training_state.rank1.safetensors"})
+    EXPECT_TRUE(read_file(checkpoint_of(split.dir, 6) / file) ==
+                read_file(checkpoint_of(fp32.dir, 6) / file))
+        << file;
+}
+
 TEST(DataParallel, TwoRanksOfFourEqualOneRankOfEightWithReplicatedOptimizer) {
   WorkDir dir;
   const auto one = train_run(dir, "one", 1, kTokens, "", with(kTen, {"batching.examples_per_micro_batch=8"}));

@@ -336,8 +336,108 @@ TEST(TrainFlatAdamW, MasterWeightsFollowFusedAdamWOnTheFp32Masters) {
   for (size_t i = 0; i < params.size(); ++i) {
     const at::Tensor master = opt.flat().segment(opt.master(), i);
     EXPECT_LE(ulp_diff(master, ref_w[i]).max_ulp, 1) << i;
-    EXPECT_TRUE(at::equal(params[i].detach(), master.to(at::kBFloat16))) << "the model holds the rounded master";
+    at::Tensor rounded = at::empty_like(params[i].detach()).reshape({-1});
+    flat::copy_masters_to_model(master.reshape({-1}), rounded);
+    EXPECT_TRUE(at::equal(params[i].detach().reshape({-1}), rounded)) << "the model holds the rounded master";
   }
+}
+
+// ---- masters as the bf16 weight and a 16-bit remainder -------------------------
+
+uint32_t bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+}
+
+// Every fp32 bit pattern class: the pair (weight, remainder) gives the master back, and the weight
+// is the master rounded to nearest bf16 with ties away from zero.
+TEST(TrainSplitMasters, WeightAndRemainderAreTheMaster) {
+  std::vector<uint32_t> patterns = {0x00000000u, 0x80000000u, 0x3F808000u, 0x3F818000u, 0xBF808000u, 0xBF818000u,
+                                    0x3F80FFFFu, 0x3F807FFFu, 0x7F7FFFFFu, 0x7F800000u, 0xFF800000u, 0x00008000u,
+                                    0x007FFFFFu, 0x7FC00000u, 0xFFFFFFFFu, 0x4049000Fu};
+  uint64_t state = 12345;
+  for (int i = 0; i < 200000; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    patterns.push_back(static_cast<uint32_t>(state >> 32));
+  }
+  for (uint32_t u : patterns) {
+    float m;
+    std::memcpy(&m, &u, 4);
+    const uint16_t w = flat::master_weight_bits(m), r = flat::master_remainder(m);
+    ASSERT_EQ(bits(flat::join_master(w, r)), u) << std::hex << u;
+    if (!std::isfinite(m) || std::fabs(m) >= 3.38e38f) continue;
+    // Nearest, ties away from zero: the other neighbour is at least as far, strictly when not a tie.
+    const float near = flat::f_from_bits(uint32_t{w} << 16);
+    const uint32_t other_bits = (r >= 0x8000 ? uint32_t{w} - 1 : uint32_t{w} + 1) << 16;
+    const double d = std::fabs(double(near) - m), d_other = std::fabs(double(flat::f_from_bits(other_bits)) - m);
+    if (r == 0x8000) {
+      ASSERT_EQ(d, d_other) << std::hex << u;
+      ASSERT_GE(std::fabs(near), std::fabs(m)) << std::hex << u;  // away from zero
+    } else {
+      ASSERT_LT(d, d_other) << std::hex << u;
+    }
+  }
+  // The ATen forms over the same patterns, as the checkpoints and fallbacks use them.
+  const at::Tensor m = at::from_blob(patterns.data(), {int64_t(patterns.size())}, at::kInt).clone().view(at::kFloat);
+  at::Tensor w = at::empty({m.numel()}, at::kBFloat16), r = at::empty({m.numel()}, at::kShort);
+  flat::split_masters(m, w, r);
+  EXPECT_TRUE(at::equal(flat::join_masters(w, r).view(at::kInt), m.view(at::kInt)));
+  for (int64_t i = 0; i < 1000; ++i) {
+    float x;  // from the pattern itself: a NaN read through a tensor may come back quieted
+    std::memcpy(&x, &patterns[static_cast<size_t>(i)], 4);
+    EXPECT_EQ(static_cast<uint16_t>(w.view(at::kShort)[i].item<int16_t>()), flat::master_weight_bits(x));
+    EXPECT_EQ(static_cast<uint16_t>(r[i].item<int16_t>()), flat::master_remainder(x));
+  }
+}
+
+// The split masters train bit for bit as the fp32 masters: weights, masters and moments, with
+// weight decay, clipping and fp32 gradient sums; state() saves the fp32 masters, which load into
+// either form.
+TEST(TrainSplitMasters, StepsAreTheFp32MastersBitForBit) {
+  at::set_num_threads(2);
+  auto fp32_params = make_params(at::kBFloat16, 21), split_params = make_params(at::kBFloat16, 21);
+  OptimizerSection o;
+  o.weight_decay = 0.1;
+  AdamW fp32(names(), fp32_params, o);
+  o.split_masters = true;
+  AdamW split(names(), split_params, o);
+  ASSERT_TRUE(split.split_masters());
+  EXPECT_EQ(split.master().nbytes() * 2, fp32.master().nbytes());
+  for (int s = 0; s < 40; ++s) {
+    for (int micro = 0; micro < 2; ++micro) {
+      at::manual_seed(300 + s * 2 + micro);
+      c10::NoGradGuard no_grad;
+      for (size_t i = 0; i < fp32_params.size(); ++i) {
+        const at::Tensor g = (at::randn(fp32_params[i].sizes()) * 0.1).to(at::kBFloat16);
+        fp32_params[i].grad().copy_(g);
+        split_params[i].grad().copy_(g);
+      }
+      if (micro == 0) {
+        fp32.accumulate_gradients();
+        split.accumulate_gradients();
+      }
+    }
+    fp32.grad_norm(0.5);
+    split.grad_norm(0.5);
+    fp32.step(1e-2);
+    split.step(1e-2);
+  }
+  const auto a = fp32.state(), b = split.state();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    EXPECT_TRUE(at::equal(a[i].second.cpu().view(at::kInt), b[i].second.cpu().view(at::kInt))) << a[i].first;
+  }
+  for (size_t i = 0; i < fp32_params.size(); ++i)
+    EXPECT_TRUE(at::equal(fp32_params[i].detach(), split_params[i].detach())) << names()[i];
+  // Saved fp32 masters load into the split form (and back): the same weights and remainders.
+  auto again_params = make_params(at::kBFloat16, 99);
+  AdamW again(names(), again_params, o);
+  again.load_state(a, fp32.steps_taken());
+  EXPECT_TRUE(at::equal(again.master(), split.master()));
+  for (size_t i = 0; i < again_params.size(); ++i)
+    EXPECT_TRUE(at::equal(again_params[i].detach(), split_params[i].detach())) << names()[i];
 }
 
 TEST(TrainFlatAdamW, Fp32AccumulationSumsMicroBatchesInFp32) {

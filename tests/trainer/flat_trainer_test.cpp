@@ -1,5 +1,6 @@
 // The trainer with the flat-buffer optimizer: optimizer.fp32_grad_accumulation
-// changes how a bf16 model's micro-batches are summed, and both ways follow fp32.
+// changes how a bf16 model's micro-batches are summed, and both ways follow fp32;
+// optimizer.master_weights: split trains bit for bit as fp32 masters, resumes included.
 #include "tests/trainer/trainer_test_util.h"
 
 #include <cmath>
@@ -43,6 +44,50 @@ TEST(TrainFlatOptimizer, Fp32GradAccumulationSumsInFp32AndBothFollowFp32) {
   const auto b = read_file(dir / "sums/checkpoints/step-00000006/training_state.safetensors");
   ASSERT_FALSE(a.empty());
   EXPECT_FALSE(a == b);
+}
+
+// Split masters (the bf16 weight and a 16-bit remainder) against fp32 masters: the same losses,
+// checkpoints of the same bytes (the masters are saved as fp32), and a run stopped under one form
+// and resumed under the other is the same run.
+TEST(TrainFlatOptimizer, SplitMastersTrainAsFp32MastersBitForBit) {
+  TempDir dir;
+  const std::string extra =
+      "batching:\n  examples_per_micro_batch: 2\n  grad_accumulation: 2\n"
+      "optimizer:\n  lr: 2.0e-3\n  grad_clip: 1.0\n  weight_decay: 0.1\n"
+      "training:\n  max_steps: 8\n"
+      "logging:\n  log_interval: 1\n";
+  auto run = [&](const std::string& name, const std::vector<std::string>& sets, bool ok = true) {
+    const std::string cfg = dir.write(name + ".yaml", base_config(dir / name, "tokens.jsonl", extra));
+    std::vector<std::string> args = {"train", cfg, "--set", "model.dtype=bfloat16"};
+    for (const auto& s : sets) {
+      args.push_back("--set");
+      args.push_back(s);
+    }
+    const CommandResult r = run_fptrain(args);
+    EXPECT_EQ(r.exit_code == 0, ok) << r.output;
+    return r;
+  };
+  run("fp32", {"optimizer.master_weights=true"});
+  const CommandResult split = run("split", {"optimizer.master_weights=split"});
+  EXPECT_NE(split.output.find("split: the bf16 weights and 16-bit remainders"), std::string::npos) << split.output;
+  run("mixed", {"optimizer.master_weights=split", "training.stop_at_step=4"});
+  run("mixed", {"optimizer.master_weights=true"});  // resumes at step 4 with fp32 masters
+  const auto fp32 = train_records(dir / "fp32");
+  ASSERT_EQ(fp32.size(), 8u);
+  for (const std::string& name : {"split", "mixed"}) {
+    const auto other = train_records(dir / name);
+    ASSERT_EQ(other.size(), 8u) << name;
+    for (size_t i = 0; i < 8; ++i) {
+      EXPECT_EQ(other[i]["loss"].get<double>(), fp32[i]["loss"].get<double>()) << name << " step " << i + 1;
+      EXPECT_EQ(other[i]["grad_norm"].get<double>(), fp32[i]["grad_norm"].get<double>()) << name << " step " << i + 1;
+    }
+    for (const char* file : {"model.safetensors", "training_state.safetensors"})
+      EXPECT_TRUE(read_file(dir / name / "checkpoints/step-00000008" / file) ==
+                  read_file(dir / "fp32/checkpoints/step-00000008" / file))
+          << name << ": " << file;
+  }
+  const CommandResult bad = run("bad", {"optimizer.master_weights=sometimes"}, /*ok=*/false);
+  EXPECT_NE(bad.output.find("expected true, false or split"), std::string::npos) << bad.output;
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // The flat-buffer optimizer kernels (trainer/cuda/) against the CPU reference
 // path (optim/flat_adamw.cpp) on random data: the AdamW step bit for bit
-// (bf16 and fp16 weights with fp32 masters, fp32 weights, bf16 without masters;
+// (bf16 and fp16 weights with fp32 masters, bf16 with split masters, fp32 weights, bf16 without masters;
 // with and without an fp32 accumulator and a clip coefficient; 16-byte aligned
 // buffers and misaligned ones with a ragged end), the gradient norm to fp32
 // summation error and deterministic, the fp32 accumulation bit for bit; and an
@@ -41,7 +41,7 @@ struct Buffers {
 
 // n elements starting `offset` elements into their allocations (offset 1: not 16-byte aligned).
 Buffers random_buffers(at::ScalarType dtype, bool master, bool accum, bool clip, int64_t n, int64_t offset,
-                       uint64_t seed) {
+                       uint64_t seed, bool split = false) {
   at::manual_seed(seed);
   auto make = [&](at::ScalarType t, double scale, bool positive) {
     at::Tensor x = at::randn({n + offset}) * scale;
@@ -55,6 +55,13 @@ Buffers random_buffers(at::ScalarType dtype, bool master, bool accum, bool clip,
   if (master) {  // near the weights, not just their rounding
     b.master = make(at::kFloat, 1e-3, false);
     b.master.add_(b.weights.to(at::kFloat));
+  }
+  if (split) {  // the same masters as bf16 weights and remainders, every 7th exactly halfway (a tie)
+    at::Tensor bits = b.master.view(at::kInt);
+    bits.slice(0, 0, n, 7).copy_(at::bitwise_or(at::bitwise_and(bits.slice(0, 0, n, 7), ~0xFFFF), 0x8000));
+    at::Tensor remainder = make(at::kShort, 0.0, false);
+    flat::split_masters(b.master, b.weights, remainder);
+    b.master = remainder;
   }
   b.exp_avg = make(moments, 0.1, false);
   b.exp_avg_sq = make(moments, 0.01, true);
@@ -77,8 +84,11 @@ TEST(TrainFlatAdamWGpu, StepEqualsTheCpuReferenceBitForBit) {
   struct Variant {
     at::ScalarType dtype;
     bool master;
+    bool split = false;  // the masters as bf16 weights + int16 remainders
   };
-  const Variant variants[] = {{at::kBFloat16, true}, {at::kHalf, true}, {at::kFloat, false}, {at::kBFloat16, false}};
+  const Variant variants[] = {{at::kBFloat16, true},  {at::kHalf, true},
+                              {at::kFloat, false},    {at::kBFloat16, false},
+                              {at::kBFloat16, true, true}};
   flat::AdamWHyper h;
   h.lr = 3e-3;
   h.beta1 = 0.9;
@@ -91,10 +101,11 @@ TEST(TrainFlatAdamWGpu, StepEqualsTheCpuReferenceBitForBit) {
       for (bool clip : {false, true})
         for (int64_t offset : {0, 1}) {
           const int64_t n = (1 << 20) + 13;
-          const std::string what = std::string(c10::toString(v.dtype)) + (v.master ? " + fp32 master" : "") +
+          const std::string what = std::string(c10::toString(v.dtype)) +
+                                   (v.split ? " + split master" : v.master ? " + fp32 master" : "") +
                                    (accum ? ", accumulator" : "") + (clip ? ", clipped" : "") +
                                    (offset ? ", misaligned" : "");
-          const Buffers cpu = random_buffers(v.dtype, v.master, accum, clip, n, offset, seed++);
+          const Buffers cpu = random_buffers(v.dtype, v.master, accum, clip, n, offset, seed++, v.split);
           const Buffers gpu = cpu.to(kCuda);
           flat::adamw_step(cpu.weights, cpu.master, cpu.exp_avg, cpu.exp_avg_sq, cpu.grads, cpu.accum, cpu.coef, h);
           flat::adamw_step(gpu.weights, gpu.master, gpu.exp_avg, gpu.exp_avg_sq, gpu.grads, gpu.accum, gpu.coef, h);
