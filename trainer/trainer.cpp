@@ -446,10 +446,18 @@ void Run::log_set_up() {
               " weights, " + common::gib_text(m["gradients_bytes"]) + " gradients, " + common::gib_text(m["optimizer_state_bytes"]) +
               " optimizer state");
   }
+  // What set-up allocated, by buffer kind, and what is left for activations (the plan's budget).
+  const nlohmann::json m = memory_per_rank();
+  std::string plan = "memory of this rank after set-up: " + common::gib_text(m["weights_bytes"]) + " weights, " +
+                     common::gib_text(m["gradients_bytes"]) + " gradients, " +
+                     common::gib_text(m["optimizer_state_bytes"]) + " optimizer state";
   if (device_.device.is_cuda()) {
     const MemoryStats mem = memory_stats(device_.device);
-    log::info("device memory after set-up: " + common::gib_text(mem.peak_allocated_bytes) + " peak allocated");
+    plan += " (" + common::gib_text(mem.peak_allocated_bytes) + " peak allocated); " +
+            common::gib_text(memory_available(device_.device)) + " of the device's " +
+            common::gib_text(memory_total(device_.device)) + " left for activations and workspace";
   }
+  log::info(plan);
 }
 
 // What trains with adapters, as PEFT's print_trainable_parameters counts it.
