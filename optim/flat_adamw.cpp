@@ -9,6 +9,7 @@
 
 #include "optim/cuda/flat_adamw_cuda.h"
 
+#include <algorithm>
 #include <array>
 #include <stdexcept>
 #include <string>
@@ -269,29 +270,50 @@ void accumulate(const at::Tensor& accum, const at::Tensor& grads) {
 }
 
 // ---- masters as bf16 weights and remainders ------------------------------------
-// ATen integer arithmetic over the bit patterns, on any device (flat_adamw_math.h's rules).
+// ATen integer arithmetic over the bit patterns, on any device (flat_adamw_math.h's rules), in
+// chunks: its int64 temporaries would otherwise be several times a 7B's buffers.
 namespace {
+
+constexpr int64_t kBitsChunk = int64_t{1} << 22;
 
 at::Tensor bits_of(const at::Tensor& t, at::ScalarType as) { return t.view(as).to(at::kLong); }
 
-}  // namespace
+// Low 16 bits of int64 values as int16 (two's complement).
+at::Tensor as_int16(const at::Tensor& u16) { return at::where(u16.ge(0x8000), u16 - 0x10000, u16).to(at::kShort); }
 
-at::Tensor join_masters(const at::Tensor& weights, const at::Tensor& remainder) {
+void join_chunk(const at::Tensor& weights, const at::Tensor& remainder, const at::Tensor& out) {
   const at::Tensor w = at::bitwise_and(bits_of(weights, at::kShort), 0xFFFF);
   const at::Tensor r = at::bitwise_and(bits_of(remainder, at::kShort), 0xFFFF);
   const at::Tensor upper = at::bitwise_and(w - r.ge(0x8000).to(at::kLong), 0xFFFF);
   const at::Tensor bits = at::bitwise_or(at::bitwise_left_shift(upper, 16), r);
-  // The low 32 bits of each int64, as int32 (two's complement), then viewed as fp32.
-  return at::where(bits.ge(int64_t{1} << 31), bits - (int64_t{1} << 32), bits).to(at::kInt).view(at::kFloat);
+  // The low 32 bits of each int64 as int32, viewed as fp32.
+  out.view(at::kInt).copy_(at::where(bits.ge(int64_t{1} << 31), bits - (int64_t{1} << 32), bits));
+}
+
+void split_chunk(const at::Tensor& master, const at::Tensor& weights, const at::Tensor& remainder) {
+  const at::Tensor bits = at::bitwise_and(bits_of(master, at::kInt), 0xFFFFFFFFLL);
+  weights.view(at::kShort).copy_(as_int16(at::bitwise_and(at::bitwise_right_shift(bits + 0x8000, 16), 0xFFFF)));
+  if (remainder.defined()) remainder.copy_(as_int16(at::bitwise_and(bits, 0xFFFF)));
+}
+
+}  // namespace
+
+at::Tensor join_masters(const at::Tensor& weights, const at::Tensor& remainder) {
+  const at::Tensor out = at::empty(weights.sizes(), weights.options().dtype(at::kFloat));
+  const at::Tensor w = weights.reshape({-1}), r = remainder.reshape({-1}), o = out.view({-1});
+  for (int64_t i = 0; i < w.numel(); i += kBitsChunk) {
+    const int64_t n = std::min(kBitsChunk, w.numel() - i);
+    join_chunk(w.narrow(0, i, n), r.narrow(0, i, n), o.narrow(0, i, n));
+  }
+  return out;
 }
 
 void split_masters(const at::Tensor& master, const at::Tensor& weights, const at::Tensor& remainder) {
-  const at::Tensor bits = at::bitwise_and(bits_of(master, at::kInt), 0xFFFFFFFFLL);
-  auto as_int16 = [](const at::Tensor& u16) {
-    return at::where(u16.ge(0x8000), u16 - 0x10000, u16).to(at::kShort);
-  };
-  weights.view(at::kShort).copy_(as_int16(at::bitwise_and(at::bitwise_right_shift(bits + 0x8000, 16), 0xFFFF)));
-  remainder.copy_(as_int16(at::bitwise_and(bits, 0xFFFF)));
+  for (int64_t i = 0; i < master.numel(); i += kBitsChunk) {
+    const int64_t n = std::min(kBitsChunk, master.numel() - i);
+    split_chunk(master.narrow(0, i, n), weights.narrow(0, i, n),
+                remainder.defined() ? remainder.narrow(0, i, n) : remainder);
+  }
 }
 
 void copy_masters_to_model(const at::Tensor& master, const at::Tensor& weights) {
@@ -299,8 +321,7 @@ void copy_masters_to_model(const at::Tensor& master, const at::Tensor& weights) 
     weights.copy_(master);
     return;
   }
-  at::Tensor unused = at::empty(weights.sizes(), weights.options().dtype(at::kShort));
-  split_masters(master, weights, unused);
+  split_masters(master, weights, at::Tensor());  // the weights only
 }
 
 }  // namespace fptrain::optim::flat

@@ -44,7 +44,8 @@ void adamw_step(const at::Tensor& weights, const at::Tensor& master, const at::T
 void accumulate(const at::Tensor& accum, const at::Tensor& grads);
 
 // Split masters as fp32 (a new tensor) from bf16 weights and int16 remainders, and back
-// (weights and remainder written in place); any device.
+// (weights and remainder written in place; 1-D; an undefined remainder: the weights only);
+// any device, in chunks of a few million elements.
 at::Tensor join_masters(const at::Tensor& weights, const at::Tensor& remainder);
 void split_masters(const at::Tensor& master, const at::Tensor& weights, const at::Tensor& remainder);
 // The model's copy of fp32 masters: bf16 rounded as the step rounds it (ties away from zero),
