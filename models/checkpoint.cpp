@@ -220,8 +220,9 @@ class QuantizedParts {
   QuantizedParts(const ModelConfig& config, at::ScalarType dtype, const LoadOptions& options)
       : shapes_(expected_parameter_shapes(config)), dtype_(dtype), options_(options) {}
 
-  void take(const std::string& name, at::Tensor t, TensorMap& out) {
-    const auto [weight, suffix] = *nf4_part_of(name);
+  // `part`: nf4_part_of the tensor's name.
+  void take(const std::pair<std::string, std::string>& part, at::Tensor t, TensorMap& out) {
+    const auto& [weight, suffix] = part;
     auto& parts = pending_[weight];
     parts.emplace(suffix, std::move(t));
     if (parts.size() < kNf4CheckpointParts) return;
@@ -272,10 +273,11 @@ TensorMap load_pretrained_weights(const fs::path& model_dir, const ModelConfig& 
   TensorMap out;
   std::optional<QuantizedParts> parts;
   if (config.bnb_nf4) parts.emplace(config, dtype, options);
-  auto is_part = [&](const std::string& name) { return parts && nf4_part_of(name).has_value(); };
+  auto part_of = [&](const std::string& name) { return parts ? nf4_part_of(name) : std::nullopt; };
   if (device.is_cpu()) {
     for (const auto& [file, e] : order) {
-      const bool raw = is_part(e->name);  // kept as stored
+      const auto part = part_of(e->name);
+      const bool raw = part.has_value();  // kept as stored
       at::Tensor dst = at::empty(e->shape, at::TensorOptions().dtype(raw ? e->dtype : dtype));
       if (raw || e->dtype == dtype) {
         file->copy_bytes(*e, 0, e->num_bytes(), dst.data_ptr(), options.reader);
@@ -283,7 +285,7 @@ TensorMap load_pretrained_weights(const fs::path& model_dir, const ModelConfig& 
         dst.copy_(file->view(*e));  // one pass from the mapping, converting on the way
       }
       if (raw) {
-        parts->take(e->name, std::move(dst), out);
+        parts->take(*part, std::move(dst), out);
         continue;
       }
       out.emplace(e->name, options.keep ? options.keep(e->name, dst) : std::move(dst));
@@ -293,8 +295,8 @@ TensorMap load_pretrained_weights(const fs::path& model_dir, const ModelConfig& 
   PinnedUploader uploader(device, options);
   for (const auto& [file, e] : order) {
     at::Tensor t = uploader.upload(*file, *e);
-    if (is_part(e->name)) {
-      parts->take(e->name, std::move(t), out);
+    if (const auto part = part_of(e->name)) {
+      parts->take(*part, std::move(t), out);
       continue;
     }
     at::Tensor converted = t.scalar_type() == dtype ? t : t.to(dtype);  // converts on the device

@@ -7,9 +7,11 @@
 namespace fptrain::trainer {
 namespace {
 
-// Bytes per parameter of the optimizer state: fp32 master + two fp32 moments, or two
-// moments in the model dtype.
-constexpr int64_t kMasterStateBytes = 12;
+// Bytes per parameter of the optimizer state: fp32 master + two fp32 moments (split masters:
+// a 16-bit remainder for the master), or two moments in the model dtype.
+constexpr int64_t kMasterStateBytes = 12, kSplitMasterStateBytes = 10;
+// What may be taken before activations for a setting to count as fitting.
+constexpr int64_t kFitPercent = 90;
 
 // A QLoRA base: the projections at 4.13 bits per weight (NF4 + double-quantised maxima, models/nf4.h),
 // the embeddings and head in the model dtype (norms are negligible).
@@ -24,18 +26,19 @@ struct Option {
 };
 
 std::string fits(int64_t bytes, int64_t device_bytes) {
-  return common::gib_text(bytes) + (device_bytes > 0 && bytes < device_bytes * 9 / 10 ? " (fits, before activations)"
-                                                                                      : "");
+  const bool fit = device_bytes > 0 && bytes < device_bytes / 100 * kFitPercent;
+  return common::gib_text(bytes) + (fit ? " (fits, before activations)" : "");
 }
 
 }  // namespace
 
 int64_t full_tuning_state_bytes(int64_t params, int64_t dtype_bytes, bool master_weights, int64_t ranks,
-                                bool sharded) {
+                                bool sharded, bool split) {
   const bool masters = master_weights && dtype_bytes < 4;
-  const int64_t state = masters ? kMasterStateBytes : 2 * dtype_bytes;
-  const int64_t split = sharded && ranks > 1 ? ranks : 1;
-  return params * 2 * dtype_bytes + params * state / split;
+  const int64_t state = !masters ? 2 * dtype_bytes : split && dtype_bytes == 2 ? kSplitMasterStateBytes
+                                                                                : kMasterStateBytes;
+  const int64_t shards = sharded && ranks > 1 ? ranks : 1;
+  return params * 2 * dtype_bytes + params * state / shards;
 }
 
 std::string setup_oom_message(const std::string& phase, const TrainConfig& config, const models::ModelConfig& model,
@@ -53,14 +56,14 @@ std::string setup_oom_message(const std::string& phase, const TrainConfig& confi
            std::to_string(8 * bytes) + " bits: use adapter.type: qlora (about " +
            common::gib_text(qlora_base_bytes(model, bytes)) + ") or a GPU with more memory.";
   } else {
-    const int64_t now = full_tuning_state_bytes(params, bytes, config.optimizer.master_weights, ranks, sharded);
+    const int64_t now = full_tuning_state_bytes(params, bytes, config.optimizer.master_weights, ranks, sharded,
+                                                config.optimizer.split_masters);
     msg += "Full fine-tuning needs about " + common::gib_text(now) + " per rank for weights, gradients and "
            "optimizer state before any activation. Settings that need less:";
     std::vector<Option> options;
     if (config.optimizer.master_weights && bytes == 2 && !config.optimizer.split_masters)
       options.push_back({"optimizer.master_weights: split (the same training, 2 bytes less per parameter)",
-                         full_tuning_state_bytes(params, bytes, true, ranks, sharded) - params * 2 /
-                             (sharded && ranks > 1 ? ranks : 1)});
+                         full_tuning_state_bytes(params, bytes, true, ranks, sharded, /*split=*/true)});
     if (config.optimizer.master_weights && bytes < 4)
       options.push_back({"optimizer.master_weights: false (bf16 AdamW)",
                          full_tuning_state_bytes(params, bytes, false, ranks, sharded)});

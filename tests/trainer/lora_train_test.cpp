@@ -93,77 +93,72 @@ TEST(LoraTraining, EveryStepMatchesPeftWithTorchAdamW) { expect_every_step_match
 // A subset (q, o, up) with rsLoRA on a Qwen3: q/k norms, attention biases, a sliding layer, tied.
 TEST(LoraTraining, Qwen3SubsetRsloraMatchesPeft) { expect_every_step_matches_peft("qwen3"); }
 
+// The largest relative differences of 20 QLoRA steps from the same PEFT adapter: fptrain on the
+// fixture `model` (its log must say `log_line`) against PEFT + torch AdamW on reference_train.py's
+// `reference` arguments (the model and how it is quantised).
+struct PeftDifference {
+  double loss = 0, grad_norm = 0, adapter = 0;
+};
+
+PeftDifference qlora_against_peft(const std::string& model, const std::string& log_line,
+                                  const std::vector<std::string>& reference) {
+  TempDir dir;
+  const fs::path run = dir / "run";
+  const std::string adapter = fixture("llama-lora").string();
+  const std::string cfg = dir.write("train.yaml", lora_config(run, model,
+      "adapter:\n  type: qlora\n  from: " + adapter + "\n", "training:\n  max_steps: 20\n"));
+  const CommandResult r = run_fptrain({"train", cfg});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(log_line), std::string::npos) << r.output;
+  const auto records = train_records(run);
+  const fs::path ref_adapter = dir / "reference-adapter";
+  std::vector<std::string> args = reference;
+  const std::vector<std::string> common = {
+      "--adapter", adapter, "--save-adapter", ref_adapter.string(), "--data", fixture("tokens.jsonl").string(),
+      "--examples-per-micro-batch", "4", "--grad-accum", "2", "--steps", "20", "--lr", "1e-2", "--beta1", "0.9",
+      "--beta2", "0.95", "--eps", "1e-8", "--weight-decay", "0.1", "--warmup", "5", "--decay", "cosine", "--min-lr",
+      "1e-3", "--clip", "0.5"};
+  args.insert(args.end(), common.begin(), common.end());
+  const nlohmann::json ref = run_python("reference_train.py", args);
+  PeftDifference d;
+  if (records.size() != 20u || ref["loss"].size() != 20u) {
+    ADD_FAILURE() << records.size() << " fptrain and " << ref["loss"].size() << " PEFT steps, 20 expected";
+    return {1, 1, 1};
+  }
+  for (size_t i = 0; i < 20; ++i) {
+    d.loss = std::max(d.loss, rel(records[i]["loss"].get<double>(), ref["loss"][i].get<double>()));
+    d.grad_norm = std::max(d.grad_norm, rel(records[i]["grad_norm"].get<double>(), ref["grad_norm"][i].get<double>()));
+  }
+  const nlohmann::json check = run_python("check_adapter.py",
+      {"--base", fixture("llama").string(), "--adapter", final_checkpoint(run, 20).string(), "--other-adapter",
+       ref_adapter.string()});
+  d.adapter = check["adapter_max_rel"].get<double>();
+  std::printf("%s QLoRA: over 20 steps loss %.3g, grad norm %.3g; final adapter %.3g\n", model.c_str(), d.loss,
+              d.grad_norm, d.adapter);
+  return d;
+}
+
 // QLoRA: the base in NF4 with double quantisation, against PEFT on bitsandbytes' 4-bit Llama
 // (Linear4bit, fp32 compute) from the same adapter. The two quantise the block maxima with
 // different roundings in rare cases (tests/models/nf4_test.cpp), hence a looser bound.
 TEST(LoraTraining, QloraMatchesPeftOnBitsandbytes) {
-  TempDir dir;
-  const fs::path run = dir / "run";
-  const std::string adapter = fixture("llama-lora").string();
-  const std::string cfg = dir.write("train.yaml", lora_config(run, "llama",
-      "adapter:\n  type: qlora\n  from: " + adapter + "\n", "training:\n  max_steps: 20\n"));
-  const CommandResult r = run_fptrain({"train", cfg});
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("qlora: the base's 14 projections in NF4"), std::string::npos) << r.output;
-  const auto records = train_records(run);
-  ASSERT_EQ(records.size(), 20u);
-  const fs::path ref_adapter = dir / "reference-adapter";
-  const nlohmann::json ref = run_python("reference_train.py",
-      {"--model", fixture("llama").string(), "--qlora", "--adapter", adapter, "--save-adapter", ref_adapter.string(),
-       "--data", fixture("tokens.jsonl").string(), "--examples-per-micro-batch", "4", "--grad-accum", "2",
-       "--steps", "20", "--lr", "1e-2", "--beta1", "0.9", "--beta2", "0.95", "--eps", "1e-8",
-       "--weight-decay", "0.1", "--warmup", "5", "--decay", "cosine", "--min-lr", "1e-3", "--clip", "0.5"});
-  ASSERT_EQ(ref["loss"].size(), 20u);
-  double worst_loss = 0, worst_norm = 0;
-  for (size_t i = 0; i < 20; ++i) {
-    worst_loss = std::max(worst_loss, rel(records[i]["loss"].get<double>(), ref["loss"][i].get<double>()));
-    worst_norm = std::max(worst_norm, rel(records[i]["grad_norm"].get<double>(), ref["grad_norm"][i].get<double>()));
-  }
-  EXPECT_LE(worst_loss, 1e-4);
-  EXPECT_LE(worst_norm, 1e-3);
-  const nlohmann::json check = run_python("check_adapter.py",
-      {"--base", fixture("llama").string(), "--adapter", final_checkpoint(run, 20).string(), "--other-adapter",
-       ref_adapter.string()});
-  EXPECT_LE(check["adapter_max_rel"].get<double>(), 1e-3) << check;
-  std::printf("llama QLoRA: over 20 steps loss %.3g, grad norm %.3g; final adapter %.3g\n", worst_loss, worst_norm,
-              check["adapter_max_rel"].get<double>());
+  const PeftDifference d = qlora_against_peft("llama", "qlora: the base's 14 projections in NF4",
+                                              {"--model", fixture("llama").string(), "--qlora"});
+  EXPECT_LE(d.loss, 1e-4);
+  EXPECT_LE(d.grad_norm, 1e-3);
+  EXPECT_LE(d.adapter, 1e-3);
 }
 
 // QLoRA on a checkpoint bitsandbytes saved in 4 bits (transformers' save_pretrained of a load_in_4bit
 // model): read as stored, so both sides train on the same quantised weights, against PEFT on that
 // checkpoint; a bf16 LoRA or full fine-tuning of it is refused naming the setting.
 TEST(LoraTraining, QloraOnAFourBitCheckpointMatchesPeft) {
+  const PeftDifference d = qlora_against_peft("llama-nf4", "read as the checkpoint stores them",
+                                              {"--model", fixture("llama-nf4").string()});
+  EXPECT_LE(d.loss, 1e-5);
+  EXPECT_LE(d.grad_norm, 1e-5);
+  EXPECT_LE(d.adapter, 1e-5);
   TempDir dir;
-  const fs::path run = dir / "run";
-  const std::string adapter = fixture("llama-lora").string();
-  const std::string cfg = dir.write("train.yaml", lora_config(run, "llama-nf4",
-      "adapter:\n  type: qlora\n  from: " + adapter + "\n", "training:\n  max_steps: 20\n"));
-  const CommandResult r = run_fptrain({"train", cfg});
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("read as the checkpoint stores them"), std::string::npos) << r.output;
-  const auto records = train_records(run);
-  ASSERT_EQ(records.size(), 20u);
-  const fs::path ref_adapter = dir / "reference-adapter";
-  const nlohmann::json ref = run_python("reference_train.py",
-      {"--model", fixture("llama-nf4").string(), "--adapter", adapter, "--save-adapter", ref_adapter.string(),
-       "--data", fixture("tokens.jsonl").string(), "--examples-per-micro-batch", "4", "--grad-accum", "2",
-       "--steps", "20", "--lr", "1e-2", "--beta1", "0.9", "--beta2", "0.95", "--eps", "1e-8",
-       "--weight-decay", "0.1", "--warmup", "5", "--decay", "cosine", "--min-lr", "1e-3", "--clip", "0.5"});
-  ASSERT_EQ(ref["loss"].size(), 20u);
-  double worst_loss = 0, worst_norm = 0;
-  for (size_t i = 0; i < 20; ++i) {
-    worst_loss = std::max(worst_loss, rel(records[i]["loss"].get<double>(), ref["loss"][i].get<double>()));
-    worst_norm = std::max(worst_norm, rel(records[i]["grad_norm"].get<double>(), ref["grad_norm"][i].get<double>()));
-  }
-  EXPECT_LE(worst_loss, 1e-5);
-  EXPECT_LE(worst_norm, 1e-5);
-  const nlohmann::json check = run_python("check_adapter.py",
-      {"--base", fixture("llama").string(), "--adapter", final_checkpoint(run, 20).string(), "--other-adapter",
-       ref_adapter.string()});
-  EXPECT_LE(check["adapter_max_rel"].get<double>(), 1e-5) << check;
-  std::printf("llama QLoRA from a 4-bit checkpoint: over 20 steps loss %.3g, grad norm %.3g; final adapter %.3g\n",
-              worst_loss, worst_norm, check["adapter_max_rel"].get<double>());
-
   for (const std::string& type : {"lora", "none"}) {
     const std::string bad = dir.write("bad.yaml", lora_config(dir / ("bad-" + type), "llama-nf4",
         "adapter:\n  type: " + type + "\n", "training:\n  max_steps: 10\n"));

@@ -18,10 +18,12 @@ TEST(MemoryAdvice, StateBytesPerRank) {
   EXPECT_EQ(full_tuning_state_bytes(n, 2, true, 4, true), n * 4 + n * 12 / 4);  // sharded over 4
   EXPECT_EQ(full_tuning_state_bytes(n, 2, true, 4, false), n * 16);             // replicated
   EXPECT_EQ(full_tuning_state_bytes(n, 4, true, 1, true), n * (4 + 4 + 8));    // fp32 weights take no masters
+  EXPECT_EQ(full_tuning_state_bytes(n, 2, true, 1, true, true), n * (2 + 2 + 2 + 8));  // split masters
 }
 
-// A Llama-2-7B shape with fp32 masters on one 80 GB GPU: ~100 GiB (measured 102.8 GiB peak on one
-// H200, benchmarks/distributed/README.md); bf16 AdamW or two ranks fit before activations.
+// A Llama-2-7B shape with fp32 masters on one 80 GB GPU: 100.41 GiB, what fptrain's set-up measured
+// on one H200 (benchmarks/packing/results/7b_1gpu_h200_2026-11-23/logs: "device memory after
+// set-up: 100.41 GiB"); bf16 AdamW or two ranks fit before activations.
 TEST(MemoryAdvice, NamesTheSettingsThatFit) {
   models::ModelConfig model;
   model.architecture = "LlamaForCausalLM";
