@@ -73,6 +73,9 @@ void check_spec(const at::Tensor& q, const VarlenSpec& spec) {
   if (!std::isfinite(spec.softmax_scale) || spec.softmax_scale <= 0.0) {
     fail("softmax_scale must be finite and positive; got " + std::to_string(spec.softmax_scale));
   }
+  if (!std::isfinite(spec.softcap) || spec.softcap < 0.0) {
+    fail("softcap must be finite and >= 0 (0: none); got " + std::to_string(spec.softcap));
+  }
   if (spec.cu_seqlens_cpu.defined() && spec.cu_seqlens_cpu.numel() != cu.numel()) {
     fail("cu_seqlens_cpu has " + std::to_string(spec.cu_seqlens_cpu.numel()) +
          " entries but cu_seqlens has " + std::to_string(cu.numel()));
@@ -145,10 +148,10 @@ bool check_call(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c
 at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const VarlenSpec& spec, Backend backend) {
   if (!check_call(q, k, v, spec)) return q.clone();  // no tokens: empty, still part of q's graph
-  if (spec.softcap > 0 && backend != Backend::kReference)
+  if (spec.softcap > 0 && backend == Backend::kTorchFA2)
     throw std::invalid_argument(std::string("varlen_attention: backend '") + std::string(backend_name(backend)) +
                                 "' has no logit soft-capping (softcap " + std::to_string(spec.softcap) +
-                                "); use reference");
+                                "); use hopper or reference");
   switch (backend) {
     case Backend::kReference: return reference_varlen_attention(q, k, v, spec);
     case Backend::kTorchFA2: return torch_fa2_varlen_attention(q, k, v, spec);

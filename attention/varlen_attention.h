@@ -31,7 +31,7 @@ struct VarlenSpec {
   int64_t window = 0;
   double softmax_scale = 1.0;
   // > 0: scores become softcap * tanh(scores / softcap) before the mask and the
-  // softmax (Gemma 2's attn_logit_softcapping); only the reference backend has it.
+  // softmax (Gemma 2's attn_logit_softcapping); the reference and hopper backends have it.
   double softcap = 0.0;
   // Optional host (CPU) copy of cu_seqlens. The reference backend needs the
   // boundaries on the host; passing them here spares it a device-to-host copy,

@@ -44,6 +44,23 @@ SHAPES = {
                                num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096,
                                rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=2047,
                                tie_word_embeddings=False)),
+    # Gemma-2-9B: head_dim 256, soft-capped scores (50) and logits (30), windows of 4096 on
+    # alternate layers, query_pre_attn_scalar 256, tied embeddings of a 256k vocabulary.
+    "gemma2-9b": ("gemma2", dict(vocab_size=256000, hidden_size=3584, intermediate_size=14336, num_hidden_layers=42,
+                                 num_attention_heads=16, num_key_value_heads=8, head_dim=256,
+                                 max_position_embeddings=8192, rms_norm_eps=1e-6, rope_theta=10000.0,
+                                 attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
+                                 query_pre_attn_scalar=256, sliding_window=4096, tie_word_embeddings=True)),
+    # Gemma-3-4B's text decoder: head_dim 256, 5 sliding (1024) : 1 full layers, q/k norms, local RoPE
+    # base 1e4 and a linearly scaled (8x) global 1e6, no soft caps.
+    "gemma3-4b": ("gemma3", dict(vocab_size=262208, hidden_size=2560, intermediate_size=10240, num_hidden_layers=34,
+                                 num_attention_heads=8, num_key_value_heads=4, head_dim=256,
+                                 max_position_embeddings=131072, rms_norm_eps=1e-6, query_pre_attn_scalar=256,
+                                 sliding_window=1024, tie_word_embeddings=True,
+                                 rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0,
+                                                                     "rope_theta": 1e6},
+                                                  "sliding_attention": {"rope_type": "default",
+                                                                        "rope_theta": 1e4}})),
     "tiny": ("llama", dict(vocab_size=2048, hidden_size=128, intermediate_size=352, num_hidden_layers=2,
                            num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=4096,
                            rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False)),
@@ -135,7 +152,8 @@ def make_random_model(out, tokenizer_from, shape_name, stamp_name=".random-model
     nf4: as a 4-bit NF4 checkpoint (save_random_nf4)."""
     stamp_value = shape_name + (" nf4" if nf4 else "")
     import transformers
-    from transformers import LlamaConfig, MistralConfig, Phi3Config, Qwen2Config, Qwen3Config
+    from transformers import (Gemma2Config, Gemma3TextConfig, LlamaConfig, MistralConfig, Phi3Config, Qwen2Config,
+                              Qwen3Config)
     transformers.utils.logging.disable_progress_bar()
     stamp = os.path.join(out, stamp_name)
     if os.path.exists(stamp) and open(stamp).read() == stamp_value:
@@ -155,6 +173,10 @@ def make_random_model(out, tokenizer_from, shape_name, stamp_name=".random-model
         config = Qwen3Config(**shape, **ids, architectures=["Qwen3ForCausalLM"])
     elif arch == "phi3":
         config = Phi3Config(**shape, **ids, architectures=["Phi3ForCausalLM"])
+    elif arch == "gemma2":
+        config = Gemma2Config(**shape, **ids, architectures=["Gemma2ForCausalLM"])
+    elif arch == "gemma3":
+        config = Gemma3TextConfig(**shape, **ids, architectures=["Gemma3ForCausalLM"])
     else:
         config = LlamaConfig(**shape, **ids, architectures=["LlamaForCausalLM"])
     if nf4:

@@ -33,16 +33,16 @@ attention::Backend resolve_backend(AttentionChoice choice, const at::Device& dev
   const int64_t head_dim = model.head_dim;
   const bool half = dtype == at::kBFloat16 || dtype == at::kHalf;
   if (choice == AttentionChoice::kAuto) {
-    // Soft-capped scores (Gemma 2) only the reference computes yet.
-    if (!device.is_cuda() || model.attn_logit_softcap > 0) return attention::Backend::kReference;
+    if (!device.is_cuda()) return attention::Backend::kReference;
     if (attention::hopper_kernels_support(head_dim, dtype)) return attention::Backend::kHopper;
-    return half ? attention::Backend::kTorchFA2 : attention::Backend::kReference;
+    // torch-fa2 has no soft-capped scores (Gemma 2): those go to the reference.
+    return half && model.attn_logit_softcap == 0 ? attention::Backend::kTorchFA2 : attention::Backend::kReference;
   }
   if (choice == AttentionChoice::kReference) return attention::Backend::kReference;
   const std::string what = std::string("model.attention: '") + common::enum_name(choice) + "' ";
-  if (model.attn_logit_softcap > 0)
+  if (model.attn_logit_softcap > 0 && choice == AttentionChoice::kTorchFA2)
     throw std::invalid_argument(what + "has no attention logit soft-capping, which this model uses "
-                                "(attn_logit_softcapping); use reference or auto");
+                                "(attn_logit_softcapping); use hopper, reference or auto");
   if (!device.is_cuda())
     throw std::invalid_argument(what + "needs a CUDA device; the run is on " + device.str() + " (use reference or auto)");
   if (!half)

@@ -344,12 +344,13 @@ __device__ __forceinline__ void bwd_issue_rs(float (&acc)[D / 8][4],
 // One step of the mainloop: query block q0 of head h against this warpgroup's 64 keys.
 // Recomputes S^T and dP^T, forms P^T and dS^T in registers, accumulates dV and dK, and
 // (atomic mode) dQ; releases the Q stage.
-template <typename T, int D, bool kAtomicDQ>
+template <typename T, int D, bool kAtomicDQ, bool kSoftcap>
 __device__ __forceinline__ void bwd_consumer_step(float (&dk)[D / 8][4], float (&dv)[D / 8][4], BwdStepRegs<D>& r,
                                                   float (&dq)[D / 16][4], const BwdTensorMaps& maps,
                                                   const BwdSmem<D>& sm, const VarlenShape& sh, const BwdItem& it,
                                                   void* dq_out, int q_iter, int h, int q0,
-                                                  const BwdConsumerThread& th, float scale_log2) {
+                                                  const BwdConsumerThread& th, float scale_log2, float cap_pre) {
+  const float inv_exp_scale_log2 = 1.f / scale_log2;  // soft cap only: 1 / (cap log2 e)
   using Tr = BwdTraits<D>;
   using QTile = typename Tr::QTile;
   using DsTile = typename Tr::DsTile;
@@ -380,6 +381,7 @@ __device__ __forceinline__ void bwd_consumer_step(float (&dk)[D / 8][4], float (
   for (int mt = 0; mt < MT; ++mt) lse2[mt] = *reinterpret_cast<const float2*>(lse + mt * 8 + 2 * th.t);
   wgmma_wait<1>();  // S^T ready, dP^T may still run
   fence_acc(st);
+  ScoreCap<kSoftcap>::apply(st, cap_pre);  // soft cap: S^T -> tanh (nothing without one)
 
   // P^T = exp(scale S^T - lse[q]); hidden pairs were set to -inf.
   if (it.packed) {  // every key row tested against its own document
@@ -404,11 +406,17 @@ __device__ __forceinline__ void bwd_consumer_step(float (&dk)[D / 8][4], float (
   bwd_issue_rs<T, D>(dv, pf, s_do);
   wgmma_commit();
 
-  // dS^T = P^T (dP^T - dsum[q]), unscaled (the softmax scale is applied to dK and dQ at the end).
+  // dS^T = P^T (dP^T - dsum[q]), unscaled (the softmax scale is applied to dK and dQ at the end);
+  // a soft cap's factor 1 - t^2 comes from P^T itself (keeping t would spill at D = 128).
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) st[mt][e] *= dpt[mt][e] - ((e & 1) ? dsum2[mt].y : dsum2[mt].x);
+    for (int e = 0; e < 4; ++e) {
+      const float dcap = ScoreCap<kSoftcap>::dtanh_from_prob(st[mt][e], (e & 1) ? lse2[mt].y : lse2[mt].x,
+                                                             inv_exp_scale_log2);
+      st[mt][e] *= dpt[mt][e] - ((e & 1) ? dsum2[mt].y : dsum2[mt].x);
+      if constexpr (kSoftcap) st[mt][e] *= dcap;
+    }
   acc_to_a_frags<T, BM / 16>(dsf, st);
   wgmma_fence();
   bwd_issue_rs<T, D>(dk, dsf, s_q);
@@ -450,7 +458,7 @@ __device__ __forceinline__ void bwd_epilogue(const BwdParams& p, float (&dk)[D /
 
 // Consumer warpgroup cw (0 or 1): takes the producer's items in order until the end marker;
 // dK and dV of its 64 keys stay in registers over every step of the item.
-template <typename T, int D, bool kAtomicDQ>
+template <typename T, int D, bool kAtomicDQ, bool kSoftcap>
 __device__ __forceinline__ void bwd_consumer(const BwdParams& p, const BwdTensorMaps& maps, const BwdSmem<D>& sm,
                                              int group, int cw, int lane) {
   using Tr = BwdTraits<D>;
@@ -465,7 +473,8 @@ __device__ __forceinline__ void bwd_consumer(const BwdParams& p, const BwdTensor
   th.t = lane & 3;
   th.row0 = cw * 64 + th.wl * 16;  // this warp's first key row in the block
   const int64_t kv_stride = int64_t(sh.heads_kv) * D;
-  const float scale_log2 = sh.scale * kLog2e;
+  const float scale_log2 = ScoreCap<kSoftcap>::exp_scale(sh.scale, sh.softcap) * kLog2e;
+  const float cap_pre = kSoftcap ? sh.scale / sh.softcap : 0.f;
 
   constexpr int KVS = Tr::kKvStages;
   int item_iter = 0, q_iter = 0;
@@ -499,7 +508,8 @@ __device__ __forceinline__ void bwd_consumer(const BwdParams& p, const BwdTensor
       const int q0 = (qr.begin + step % q_blocks) * BM;
       BwdStepRegs<D> r;
       float dq[D / 16][4];  // atomic mode: dQ of this warpgroup's half of D
-      bwd_consumer_step<T, D, kAtomicDQ>(dk, dv, r, dq, maps, sm, sh, it, p.dq, q_iter, h, q0, th, scale_log2);
+      bwd_consumer_step<T, D, kAtomicDQ, kSoftcap>(dk, dv, r, dq, maps, sm, sh, it, p.dq, q_iter, h, q0, th,
+                                                   scale_log2, cap_pre);
       ++q_iter;
     }
     bwd_release(sm.kv_empty(ks));  // K and V are no longer read
@@ -509,7 +519,7 @@ __device__ __forceinline__ void bwd_consumer(const BwdParams& p, const BwdTensor
   if (kAtomicDQ && th.wl == 0 && lane == 0) bulk_wait();  // staging must outlive the reductions
 }
 
-template <typename T, int D, bool kAtomicDQ>
+template <typename T, int D, bool kAtomicDQ, bool kSoftcap>
 __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1)
     bwd_dkdv_kernel(const __grid_constant__ BwdParams p, const __grid_constant__ BwdTensorMaps maps) {
   using Tr = BwdTraits<D>;
@@ -541,7 +551,7 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1)
     bwd_producer<T, D>(p, maps, sm, group, num_items, lane);
   } else {
     regs_increase<240>();
-    bwd_consumer<T, D, kAtomicDQ>(p, maps, sm, group, wg - 1, lane);
+    bwd_consumer<T, D, kAtomicDQ, kSoftcap>(p, maps, sm, group, wg - 1, lane);
   }
 }
 

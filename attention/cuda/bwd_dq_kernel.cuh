@@ -25,7 +25,7 @@ struct DqTraits {
   static constexpr int kSmemBytes = 2 * kQBytes + 4 * kKVBytes;  // Q, dO, K[2], V[2]
 };
 
-template <typename T, int D>
+template <typename T, int D, bool kSoftcap>
 __global__ void __launch_bounds__(DqTraits<D>::kThreads) bwd_dq_kernel(BwdParams p) {
   using Tr = DqTraits<D>;
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, NT = BN / 8, OT = D / 8;
@@ -41,7 +41,8 @@ __global__ void __launch_bounds__(DqTraits<D>::kThreads) bwd_dq_kernel(BwdParams
   const int g = lane >> 2, t = lane & 3;
   const int group = sh.heads_q / sh.heads_kv;
   const int64_t q_stride = int64_t(sh.heads_q) * D, kv_stride = int64_t(sh.heads_kv) * D;
-  const float scale_log2 = sh.scale * 1.4426950408889634f;
+  const float scale_log2 = ScoreCap<kSoftcap>::exp_scale(sh.scale, sh.softcap) * 1.4426950408889634f;
+  const float cap_pre = kSoftcap ? sh.scale / sh.softcap : 0.f;
   const int num_items = *p.q_tiles.num_tiles * sh.heads_q;
 
   for (;;) {
@@ -98,6 +99,7 @@ __global__ void __launch_bounds__(DqTraits<D>::kThreads) bwd_dq_kernel(BwdParams
       float s[NT][4];
       zero_acc(s);
       gemm_sa_bt<T, D / 16, NT, D>(s, s_q, warp * 16, s_k);
+      ScoreCap<kSoftcap>::apply(s, cap_pre);
       const int kb = n * BN;
       if (seg.num_docs > 1)
         apply_doc_mask<true>(s, q0 + warp * 16, kb, doc, sh.causal, sh.window);
@@ -111,8 +113,11 @@ __global__ void __launch_bounds__(DqTraits<D>::kThreads) bwd_dq_kernel(BwdParams
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int r = e >> 1;
+          // A capped score's tanh t is still in s: dS gains 1 - t^2 (masked: pr = 0).
+          const float dcap = kSoftcap ? fmaf(-s[nt][e], s[nt][e], 1.f) : 1.f;
           const float pr = fast_exp2(fmaf(s[nt][e], scale_log2, -lse2[r]));
           s[nt][e] = pr * (dp[nt][e] - dsum[r]);
+          if constexpr (kSoftcap) s[nt][e] *= dcap;
         }
       }
       uint32_t dsf[BN / 16][4];

@@ -10,6 +10,8 @@
 // the two consumer warpgroups take turns issuing their products (named barriers), so
 // one's softmax runs while the other's matrix products use the tensor cores.
 // Key blocks are visited last to first so the masked diagonal blocks come first.
+// With a soft cap (kSoftcap, Gemma 2) each S_n becomes tanh(scale S_n / cap) before the mask
+// and the softmax exponentiates with the cap instead of the scale (softmax.cuh, ScoreCap).
 #pragma once
 
 #include <cuda.h>
@@ -173,10 +175,10 @@ struct FwdItemRegs {
 // and its softmax runs while that product is in flight. Leaves the unnormalised O and the
 // row statistics in r, releases the Q stage and every K/V stage it consumed, and returns
 // the advanced K/V stage counter.
-template <typename T, int D>
+template <typename T, int D, bool kSoftcap>
 __device__ __forceinline__ int fwd_consumer_mainloop(FwdItemRegs<D>& r, const FwdSmem<D>& sm, const VarlenShape& sh,
                                                      const FwdItem& it, int qs, int kv_iter,
-                                                     const FwdConsumerThread& th, float scale_log2) {
+                                                     const FwdConsumerThread& th, float scale_log2, float cap_pre) {
   using Tr = FwdTraits<D>;
   using QTile = typename Tr::QTile;
   using KVTile = typename Tr::KVTile;
@@ -222,6 +224,7 @@ __device__ __forceinline__ int fwd_consumer_mainloop(FwdItemRegs<D>& r, const Fw
   wgmma_wait<0>();
   fence_acc(s);
   if (n == it.kr.begin) release(sm.q_empty(qs));
+  ScoreCap<kSoftcap>::apply(s, cap_pre);
   mask_first(s, n);
   softmax.scores_to_probs(s, scale_log2, alpha);
   acc_to_a_frags<T, BN / 16>(pf, s);
@@ -240,6 +243,7 @@ __device__ __forceinline__ int fwd_consumer_mainloop(FwdItemRegs<D>& r, const Fw
     wgmma_wait<1>();  // S_n is ready; P_{n+1} V_{n+1} may still run
     fence_acc(s);
     if (n == it.kr.begin) release(sm.q_empty(qs));
+    ScoreCap<kSoftcap>::apply(s, cap_pre);
     mask(s, n);
     softmax.scores_to_probs(s, scale_log2, alpha);
     wgmma_wait<0>();
@@ -265,14 +269,14 @@ __device__ __forceinline__ int fwd_consumer_mainloop(FwdItemRegs<D>& r, const Fw
 }
 
 // Normalises O and writes it (rows past the sequence end are dropped) and the LSE.
-template <typename T, int D>
+template <typename T, int D, bool kSoftcap>
 __device__ __forceinline__ void fwd_epilogue(const FwdParams& p, FwdItemRegs<D>& r, const FwdItem& it,
                                              const FwdConsumerThread& th, int64_t q_stride) {
   constexpr int OT = D / 8;
   const VarlenShape& sh = p.shape;
   auto& o = r.o;
   auto& lse = r.lse;
-  r.softmax.finish(o, sh.scale, lse);
+  r.softmax.finish(o, ScoreCap<kSoftcap>::exp_scale(sh.scale, sh.softcap), lse);
   T* o_ptr = static_cast<T*>(p.o) + (it.start + it.q0) * q_stride + it.h * D;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -287,7 +291,7 @@ __device__ __forceinline__ void fwd_epilogue(const FwdParams& p, FwdItemRegs<D>&
 }
 
 // Consumer warpgroup cw (0 or 1): takes the producer's items in order until the end marker.
-template <typename T, int D>
+template <typename T, int D, bool kSoftcap>
 __device__ __forceinline__ void fwd_consumer(const FwdParams& p, const FwdSmem<D>& sm, int cw) {
   using Tr = FwdTraits<D>;
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN;
@@ -301,7 +305,8 @@ __device__ __forceinline__ void fwd_consumer(const FwdParams& p, const FwdSmem<D
   th.my_turn = 1 + cw;                                 // named barrier ids (0 is __syncthreads)
   th.other_turn = 2 - cw;
   const int64_t q_stride = int64_t(sh.heads_q) * D;
-  const float scale_log2 = sh.scale * 1.4426950408889634f;
+  const float scale_log2 = ScoreCap<kSoftcap>::exp_scale(sh.scale, sh.softcap) * 1.4426950408889634f;
+  const float cap_pre = kSoftcap ? sh.scale / sh.softcap : 0.f;
   if (cw == 1) named_barrier_arrive(1, 256);  // consumer 0 issues first
 
   int q_iter = 0, kv_iter = 0;
@@ -326,13 +331,13 @@ __device__ __forceinline__ void fwd_consumer(const FwdParams& p, const FwdSmem<D
     it.kr = key_blocks_for_query_block(block, BM, BN, it.len, sh.causal, sh.window);
 
     FwdItemRegs<D> r;
-    kv_iter = fwd_consumer_mainloop<T, D>(r, sm, sh, it, qs, kv_iter, th, scale_log2);
-    fwd_epilogue<T, D>(p, r, it, th, q_stride);
+    kv_iter = fwd_consumer_mainloop<T, D, kSoftcap>(r, sm, sh, it, qs, kv_iter, th, scale_log2, cap_pre);
+    fwd_epilogue<T, D, kSoftcap>(p, r, it, th, q_stride);
     ++q_iter;
   }
 }
 
-template <typename T, int D>
+template <typename T, int D, bool kSoftcap>
 __global__ void __launch_bounds__(FwdTraits<D>::kThreads, 1)
     fwd_kernel(const __grid_constant__ FwdParams p, const __grid_constant__ FwdTensorMaps maps) {
   using Tr = FwdTraits<D>;
@@ -361,7 +366,7 @@ __global__ void __launch_bounds__(FwdTraits<D>::kThreads, 1)
     fwd_producer<T, D>(p, maps, sm, group, num_items);
   } else {
     regs_increase<240>();
-    fwd_consumer<T, D>(p, sm, wg - 1);
+    fwd_consumer<T, D, kSoftcap>(p, sm, wg - 1);
   }
 }
 

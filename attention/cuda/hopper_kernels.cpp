@@ -4,6 +4,7 @@
 #include <ATen/cuda/CUDAContext.h>
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -36,6 +37,7 @@ void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     fail("cu_seqlens must be an int32 vector [B+1]");
   if (cu.device() != q.device()) fail("cu_seqlens must be on q's device");
   if (spec.window < 0) fail("window must be >= 0");
+  if (!(spec.softcap >= 0.0) || !std::isfinite(spec.softcap)) fail("softcap must be finite and >= 0");
 }
 
 VarlenShape make_shape(const at::Tensor& q, const at::Tensor& k, const VarlenSpec& spec, const at::Tensor& cu) {
@@ -49,6 +51,7 @@ VarlenShape make_shape(const at::Tensor& q, const at::Tensor& k, const VarlenSpe
   s.causal = spec.causal;
   s.window = spec.causal ? int(spec.window) : 0;  // a window applies to causal attention only
   s.scale = float(spec.softmax_scale);
+  s.softcap = float(spec.softcap);
   return s;
 }
 

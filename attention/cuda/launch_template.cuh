@@ -74,7 +74,7 @@ CUtensorMap packed_tensor_map(const void* base, int tokens, int heads, int head_
   return map;
 }
 
-template <typename T, int D>
+template <typename T, int D, bool kSoftcap>
 void run_fwd_typed(FwdParams& p, cudaStream_t stream) {
   using Tr = FwdTraits<D>;
   launch_tile_scheduler(p.shape, TileKind::QueryBlocks, Tr::kBlockM, Tr::kBlockN, p.tiles, stream);
@@ -83,14 +83,14 @@ void run_fwd_typed(FwdParams& p, cudaStream_t stream) {
   maps.q = packed_tensor_map<T>(p.q, s.total_tokens, s.heads_q, D, Tr::kBlockM);
   maps.k = packed_tensor_map<T>(p.k, s.total_tokens, s.heads_kv, D, Tr::kBlockN);
   maps.v = packed_tensor_map<T>(p.v, s.total_tokens, s.heads_kv, D, Tr::kBlockN);
-  auto kernel = fwd_kernel<T, D>;
+  auto kernel = fwd_kernel<T, D, kSoftcap>;
   set_smem(kernel, Tr::kSmemBytes);
   p.num_ctas = persistent_ctas(kernel, Tr::kThreads, Tr::kSmemBytes, p.tiles.capacity * p.shape.heads_q);
   kernel<<<p.num_ctas, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, maps);
   check_cuda(cudaGetLastError(), "forward kernel launch");
 }
 
-template <typename T, int D>
+template <typename T, int D, bool kSoftcap>
 void run_bwd_typed(BwdParams& p, cudaStream_t stream) {
   using Tr = BwdTraits<D>;
   const VarlenShape& s = p.shape;
@@ -117,16 +117,16 @@ void run_bwd_typed(BwdParams& p, cudaStream_t stream) {
     check_cuda(cudaGetLastError(), "backward dK/dV kernel launch");
   };
   if (p.deterministic) {
-    launch_dkdv(bwd_dkdv_kernel<T, D, false>);
+    launch_dkdv(bwd_dkdv_kernel<T, D, false, kSoftcap>);
     using Dq = DqTraits<D>;
     launch_tile_scheduler(s, TileKind::QueryBlocks, Dq::kBlockM, Dq::kBlockN, p.q_tiles, stream);
-    auto dq_kernel = bwd_dq_kernel<T, D>;
+    auto dq_kernel = bwd_dq_kernel<T, D, kSoftcap>;
     set_smem(dq_kernel, Dq::kSmemBytes);
     p.num_ctas_q = persistent_ctas(dq_kernel, Dq::kThreads, Dq::kSmemBytes, p.q_tiles.capacity * s.heads_q);
     dq_kernel<<<p.num_ctas_q, Dq::kThreads, Dq::kSmemBytes, stream>>>(p);
     check_cuda(cudaGetLastError(), "backward dQ kernel launch");
   } else {
-    launch_dkdv(bwd_dkdv_kernel<T, D, true>);
+    launch_dkdv(bwd_dkdv_kernel<T, D, true, kSoftcap>);
     const int64_t n4 = rows * D / 4;
     if (n4 > 0) {
       const int64_t per_block = 256 * kConvertPerThread;
@@ -136,18 +136,30 @@ void run_bwd_typed(BwdParams& p, cudaStream_t stream) {
   }
 }
 
-// Head-dim dispatch for element type T; launch_bf16.cu and launch_fp16.cu instantiate it for
-// one type each, so the two heavy translation units compile in parallel.
+// Head-dim and softcap dispatch for element type T; launch_bf16.cu and launch_fp16.cu
+// instantiate it for one type each, so the two heavy translation units compile in parallel.
+template <typename T, bool kSoftcap>
+void run_fwd_capped(FwdParams& p, cudaStream_t stream) {
+  if (p.shape.head_dim == 128) run_fwd_typed<T, 128, kSoftcap>(p, stream);
+  else run_fwd_typed<T, 64, kSoftcap>(p, stream);
+}
+
+template <typename T, bool kSoftcap>
+void run_bwd_capped(BwdParams& p, cudaStream_t stream) {
+  if (p.shape.head_dim == 128) run_bwd_typed<T, 128, kSoftcap>(p, stream);
+  else run_bwd_typed<T, 64, kSoftcap>(p, stream);
+}
+
 template <typename T>
 void run_fwd_for_dtype(FwdParams& p, cudaStream_t stream) {
-  if (p.shape.head_dim == 128) run_fwd_typed<T, 128>(p, stream);
-  else run_fwd_typed<T, 64>(p, stream);
+  if (p.shape.softcap > 0.f) run_fwd_capped<T, true>(p, stream);
+  else run_fwd_capped<T, false>(p, stream);
 }
 
 template <typename T>
 void run_bwd_for_dtype(BwdParams& p, cudaStream_t stream) {
-  if (p.shape.head_dim == 128) run_bwd_typed<T, 128>(p, stream);
-  else run_bwd_typed<T, 64>(p, stream);
+  if (p.shape.softcap > 0.f) run_bwd_capped<T, true>(p, stream);
+  else run_bwd_capped<T, false>(p, stream);
 }
 
 }  // namespace fptrain::attention::cuda

@@ -41,6 +41,7 @@ struct VarlenShape {
   bool causal = true;
   int window = 0;                   // 0: unlimited; else key j visible iff j > i - window
   float scale = 1.0f;               // softmax scale
+  float softcap = 0.0f;             // > 0: the softmax sees softcap * tanh(scale * s / softcap)
 };
 
 static_assert(sizeof(Segment) == 32, "two 16-byte loads");

@@ -23,6 +23,54 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+__device__ __forceinline__ float fast_log2(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float fast_rcp(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Soft-capped scores (Gemma 2's attn_logit_softcapping): the softmax sees
+// cap * tanh(scale * s / cap) instead of scale * s. The kernels replace each raw score s by
+// t = tanh(s * scale / cap) and then exponentiate with cap in place of the softmax scale,
+// so the online softmax, the LSE and the backward's recomputation keep their form; the
+// backward's dS gains the factor d(cap t)/d(scale s) = 1 - t^2 (the scale is applied at the
+// end as without a cap). tanh(x) = 1 - 2 / (2^(2x log2 e) + 1): one ex2 and one reciprocal,
+// absolute error a few ulp of 1, which cap (50 in Gemma 2) turns into ~1e-5 in the logit,
+// far below bf16's rounding of the scores; tanh.approx (2^-11 relative) would move the logits
+// by up to 0.02. Saturates to +-1 without NaN (2^x overflows to inf, whose reciprocal is 0).
+__device__ __forceinline__ float softcap_tanh(float x) {
+  return 1.f - 2.f * fast_rcp(fast_exp2(x * 2.8853900817779268f) + 1.f);
+}
+
+// Which softcap a kernel was built for: kSoftcap = false compiles to the uncapped kernel.
+template <bool kSoftcap>
+struct ScoreCap {
+  // The factor the softmax exponentiates the (possibly capped) scores with.
+  __host__ __device__ static float exp_scale(float scale, float softcap) { return kSoftcap ? softcap : scale; }
+  // Raw scores -> tanh(s * scale / cap), in place (nothing without a cap).
+  template <int R, int C>
+  __device__ __forceinline__ static void apply(float (&s)[R][C], float pre) {
+    if constexpr (kSoftcap) {
+#pragma unroll
+      for (int i = 0; i < R; ++i)
+#pragma unroll
+        for (int e = 0; e < C; ++e) s[i][e] = softcap_tanh(s[i][e] * pre);
+    }
+  }
+  // 1 - t^2 recovered from a probability p = 2^(t cap log2e - lse2): t = (log2 p + lse2) /
+  // (cap log2 e). p = 0 (masked or underflowed) contributes nothing: 0 then.
+  __device__ __forceinline__ static float dtanh_from_prob(float p, float lse2, float inv_cap_log2) {
+    if constexpr (!kSoftcap) return 1.f;
+    const float t = (fast_log2(p) + lse2) * inv_cap_log2;
+    return p > 0.f ? fmaf(-t, t, 1.f) : 0.f;
+  }
+};
+
 struct OnlineSoftmax {
   float row_max[2];  // running max of the raw scores (unscaled), -inf until a key is seen
   float row_sum[2];  // this thread's partial sum of exp; reduced over the quad at the end

@@ -2,7 +2,7 @@
 // SDPA on the padded layout, forward and forward+backward, one run on one GPU.
 //
 //   attention_bench [--out results.json] [--md results.md] [--reps N] [--only-ours] [--workload NAME]
-//                   [--head-dim D] [--deviation]
+//                   [--head-dim D] [--deviation] [--softcap CAP]
 //
 // --deviation writes the numeric deviation study (O vs float64 for sequence lengths 256..16k)
 // instead of timing.
@@ -215,6 +215,7 @@ int main(int argc, char** argv) {
   int reps = 20;
   bool only_ours = false;
   bool deviation = false;
+  double softcap = 0.0;  // > 0: also time the soft-capped kernels
   std::string only_workload, dump_path;
   int only_dim = 0, only_hkv = 0;
   for (int i = 1; i < argc; ++i) {
@@ -226,10 +227,11 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--workload") && i + 1 < argc) only_workload = argv[++i];
     else if (!std::strcmp(argv[i], "--head-dim") && i + 1 < argc) only_dim = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--heads-kv") && i + 1 < argc) only_hkv = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--softcap") && i + 1 < argc) softcap = std::atof(argv[++i]);
     else if (!std::strcmp(argv[i], "--dump-workloads") && i + 1 < argc) dump_path = argv[++i];
     else {
       std::fprintf(stderr, "usage: %s [--out file.json] [--md file.md] [--reps N] [--only-ours] [--workload NAME] "
-                   "[--head-dim D] [--heads-kv H] [--deviation] [--dump-workloads file.json]\n", argv[0]);
+                   "[--head-dim D] [--heads-kv H] [--deviation] [--softcap CAP] [--dump-workloads file.json]\n", argv[0]);
       return 2;
     }
   }
@@ -288,6 +290,11 @@ int main(int argc, char** argv) {
             (void)fa::cuda::attention_backward(dout, q, k, v, o, lse, spec, false);
           };
           add("hopper", time_ms(fwd, reps), time_ms(fwdbwd, reps));
+          if (softcap > 0) {  // the soft-capped kernels (Gemma 2) on the same inputs: their cost
+            spec.softcap = softcap;
+            add("hopper-softcap", time_ms(fwd, reps), time_ms(fwdbwd, reps));
+            spec.softcap = 0.0;
+          }
         }
         if (only_ours) continue;
 

@@ -71,6 +71,8 @@ def pick_attention(requested, device, pad=False):
             requested = "torch-varlen"
         else:
             requested = "sdpa"
+    if requested == "eager":
+        return "eager", "eager (block-diagonal mask from position_ids)" if not pad else "eager (padding mask)"
     if requested == "flash_attention_2":
         if not has_fa2:
             raise SystemExit("--attn flash_attention_2: the flash_attn package is not importable")
@@ -94,8 +96,7 @@ def register_torch_varlen():
     from torch.nn.attention.varlen import varlen_attn
     from transformers import AttentionInterface
 
-    causal = {"is_causal": True} if "is_causal" in inspect.signature(varlen_attn).parameters else \
-        {"window_size": (-1, 0)}
+    params = inspect.signature(varlen_attn).parameters
 
     def torch_varlen_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
         cu = kwargs.get("cu_seq_lens_q")
@@ -109,7 +110,14 @@ def register_torch_varlen():
         q, k, v = (t[0].transpose(0, 1).contiguous() for t in (query, key, value))
         if q.dtype == torch.float32:  # fp32 norms under autocast (QLoRA); transformers' FA2 path casts the same way
             q, k, v = (t.to(torch.get_autocast_dtype("cuda")) for t in (q, k, v))
-        out = varlen_attn(q, k, v, cu, cu, int(max_len), int(max_len), scale=scaling, **causal)
+        window = kwargs.get("sliding_window")  # HF: key j visible from i iff i - j < window
+        if "window_size" in params:
+            mask = {"window_size": (window - 1 if window else -1, 0)}
+        elif window:
+            raise ValueError("torch-varlen attention: this torch's varlen_attn has no window_size")
+        else:
+            mask = {"is_causal": True}
+        out = varlen_attn(q, k, v, cu, cu, int(max_len), int(max_len), scale=scaling, **mask)
         return out.unsqueeze(0), None  # (1, tokens, heads, head_dim), as sdpa_attention_forward returns
 
     AttentionInterface.register("torch_varlen_fa2", torch_varlen_attention)
@@ -167,12 +175,13 @@ def main():
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5, help="steps before the measured ones")
     ap.add_argument("--max-length", type=int, default=4096)
-    ap.add_argument("--attn", choices=["auto", "flash_attention_2", "torch-varlen", "sdpa"], default="auto")
+    ap.add_argument("--attn", choices=["auto", "flash_attention_2", "torch-varlen", "sdpa", "eager"], default="auto")
     ap.add_argument("--no-checkpointing", action="store_true", help="keep every activation")
     ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches of --batch examples per step")
     ap.add_argument("--liger", action="store_true",
                     help="Liger Kernel's fused RMSNorm, RoPE, SwiGLU and linear + cross-entropy "
-                         "(apply_liger_kernel_to_<model_type>: llama, mistral, qwen2, qwen3, phi3)")
+                         "(apply_liger_kernel_to_<model_type>: llama, mistral, qwen2, qwen3, phi3, gemma2, "
+                         "gemma3_text; GeGLU for Gemma)")
     ap.add_argument("--lora", type=int, default=0,
                     help="rank of PEFT LoRA adapters on q, k, v, o, gate, up and down (0: full fine-tuning); "
                          "PEFT's defaults otherwise (fp32 adapters on the bf16 base)")
@@ -237,7 +246,13 @@ def main():
     if use_cuda and importlib.util.find_spec("accelerate") is not None:
         load["device_map"] = {"": device}
     with open(os.path.join(a.model, "config.json")) as f:
-        stored_4bit = "quantization_config" in json.load(f)  # a 4-bit checkpoint loads as stored
+        model_json = json.load(f)
+    stored_4bit = "quantization_config" in model_json  # a 4-bit checkpoint loads as stored
+    if model_json.get("attn_logit_softcapping") and attn_name not in ("flash_attention_2", "eager"):
+        # Gemma 2's soft-capped scores: neither torch's varlen kernel nor sdpa has them; eager takes
+        # the flattened batch through a block-diagonal mask from position_ids.
+        attn_name, attn_label = "eager", "eager (soft-capped scores; block-diagonal mask from position_ids)"
+        load["attn_implementation"] = attn_name
     if a.qlora and not stored_4bit:
         from transformers import BitsAndBytesConfig
         load["quantization_config"] = BitsAndBytesConfig(
@@ -252,9 +267,11 @@ def main():
         import liger_kernel.transformers as liger
         apply = {"llama": liger.apply_liger_kernel_to_llama, "mistral": liger.apply_liger_kernel_to_mistral,
                  "qwen2": liger.apply_liger_kernel_to_qwen2, "qwen3": liger.apply_liger_kernel_to_qwen3,
-                 "phi3": liger.apply_liger_kernel_to_phi3}
-        apply[model.config.model_type](rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
-                                       fused_linear_cross_entropy=True, model=model)
+                 "phi3": liger.apply_liger_kernel_to_phi3, "gemma2": liger.apply_liger_kernel_to_gemma2,
+                 "gemma3_text": liger.apply_liger_kernel_to_gemma3_text}
+        gated = {"geglu": True} if model.config.model_type.startswith("gemma") else {"swiglu": True}
+        apply[model.config.model_type](rope=True, rms_norm=True, cross_entropy=False,
+                                       fused_linear_cross_entropy=True, model=model, **gated)
         attn_label += " + Liger"
     if not a.no_checkpointing:
         ckpt = {"use_reentrant": False}

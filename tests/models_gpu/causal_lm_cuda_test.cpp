@@ -17,11 +17,11 @@ namespace {
 
 std::vector<attention::Backend> cuda_backends(const ModelConfig& config) {
   const int64_t head_dim = config.head_dim;
-  if (config.attn_logit_softcap > 0) {  // soft-capped scores: the reference only, yet
-    std::printf("attention logit soft-capping: only the reference backend computes it, the others not compared\n");
-    return {attention::Backend::kReference};
-  }
-  std::vector<attention::Backend> out{attention::Backend::kReference, attention::Backend::kTorchFA2};
+  std::vector<attention::Backend> out{attention::Backend::kReference};
+  if (config.attn_logit_softcap > 0)  // soft-capped scores: not in torch-fa2
+    std::printf("attention logit soft-capping: torch-fa2 has none, not compared\n");
+  else
+    out.push_back(attention::Backend::kTorchFA2);
   if (attention::hopper_kernels_support(head_dim, at::kBFloat16)) {
     out.push_back(attention::Backend::kHopper);
   } else {

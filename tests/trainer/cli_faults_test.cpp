@@ -162,9 +162,9 @@ TEST(TrainCliFaults, AnInvalidValueFixedBySetIsAccepted) {
   EXPECT_DOUBLE_EQ(records[0]["lr"].get<double>(), 1e-4);
 }
 
-// Gemma 2's soft-capped attention runs on the reference backend only: an
-// explicit other backend is refused naming why, and auto trains.
-TEST(TrainCliFaults, GemmaSoftCapsRefuseOtherAttentionBackends) {
+// Gemma 2's soft-capped attention: torch-fa2 has none and is refused naming why; auto
+// trains (on CPU through the reference).
+TEST(TrainCliFaults, GemmaSoftCapsRefuseTorchFa2) {
   TempDir dir;
   const fs::path run = dir / "run";
   const std::string cfg = dir.write("c.yaml", base_config(run, "tokens.jsonl", "training:\n  max_steps: 1\n"));
