@@ -113,11 +113,12 @@ __global__ void __launch_bounds__(DqTraits<D>::kThreads) bwd_dq_kernel(BwdParams
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int r = e >> 1;
-          // A capped score's tanh t is still in s: dS gains 1 - t^2 (masked: pr = 0).
+          // A capped score's tanh t is still in s: dS gains 1 - t^2; a masked one is -inf there,
+          // so it contributes 0 (not 0 * inf).
           const float dcap = kSoftcap ? fmaf(-s[nt][e], s[nt][e], 1.f) : 1.f;
           const float pr = fast_exp2(fmaf(s[nt][e], scale_log2, -lse2[r]));
           s[nt][e] = pr * (dp[nt][e] - dsum[r]);
-          if constexpr (kSoftcap) s[nt][e] *= dcap;
+          if constexpr (kSoftcap) s[nt][e] = pr > 0.f ? s[nt][e] * dcap : 0.f;
         }
       }
       uint32_t dsf[BN / 16][4];

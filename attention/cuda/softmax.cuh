@@ -28,23 +28,26 @@ __device__ __forceinline__ float fast_log2(float x) {
   asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
-__device__ __forceinline__ float fast_rcp(float x) {
-  float y;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 
 // Soft-capped scores (Gemma 2's attn_logit_softcapping): the softmax sees
 // cap * tanh(scale * s / cap) instead of scale * s. The kernels replace each raw score s by
 // t = tanh(s * scale / cap) and then exponentiate with cap in place of the softmax scale,
 // so the online softmax, the LSE and the backward's recomputation keep their form; the
 // backward's dS gains the factor d(cap t)/d(scale s) = 1 - t^2 (the scale is applied at the
-// end as without a cap). tanh(x) = 1 - 2 / (2^(2x log2 e) + 1): one ex2 and one reciprocal,
-// absolute error a few ulp of 1, which cap (50 in Gemma 2) turns into ~1e-5 in the logit,
-// far below bf16's rounding of the scores; tanh.approx (2^-11 relative) would move the logits
-// by up to 0.02. Saturates to +-1 without NaN (2^x overflows to inf, whose reciprocal is 0).
+// end as without a cap). tanh(x) = 1 - 2 / (2^(2x log2 e) + 1) with the argument clamped to
+// 2^64 (tanh is 1 in fp32 long before): one ex2, and the reciprocal on the FMA pipe (a
+// bit-trick guess within 12.5% and three Newton steps: ~1e-7), since the special-function
+// unit is the forward's bottleneck already (a second ex2 and rcp.approx there cost 35% at
+// D = 128). Absolute error a few ulp of 1, which cap (50 in Gemma 2) turns into ~1e-5 in the
+// logit; tanh.approx (2^-11 relative) would move the logits by up to 0.02.
+__device__ __forceinline__ float rcp_newton(float x) {  // x in [1, 2^64]
+  float y = __int_as_float(0x7EF311C3 - __float_as_int(x));
+#pragma unroll
+  for (int i = 0; i < 3; ++i) y = y * fmaf(-x, y, 2.f);
+  return y;
+}
 __device__ __forceinline__ float softcap_tanh(float x) {
-  return 1.f - 2.f * fast_rcp(fast_exp2(x * 2.8853900817779268f) + 1.f);
+  return fmaf(-2.f, rcp_newton(fast_exp2(fminf(x * 2.8853900817779268f, 64.f)) + 1.f), 1.f);
 }
 
 // Which softcap a kernel was built for: kSoftcap = false compiles to the uncapped kernel.
