@@ -8,7 +8,8 @@
 //   RecomputeOps    a decorator for an activation checkpoint's recomputation
 //                   (models/recompute_ops.h)
 //   GemmaOps        a decorator with Gemma's RMSNorm ((1 + w) in fp32) and
-//                   GELU-tanh gating over any set (models/gemma_ops.h)
+//                   GELU-tanh gating over any set, through the fused kernels'
+//                   variants over FusedCudaOps (models/gemma_ops.h)
 //   LoraOps         a decorator adding low-rank adapters to the projections
 //                   (models/lora_ops.h)
 //
@@ -89,6 +90,9 @@ class DecoderOps : public std::enable_shared_from_this<DecoderOps> {
   // What the base sets share, for decorators.
   virtual attention::Backend backend() const = 0;
   virtual GradSink* sink(const Projection& p) const = 0;  // null: plain autograd for the weight
+  // The element-wise ops run through the fused CUDA kernels (FusedCudaOps): a
+  // decorator with its own forms of them (GemmaOps) takes the kernels' variants.
+  virtual bool fused_kernels() const { return false; }
 };
 
 // A decorator's starting point: every operation is the inner set's. A decorator
@@ -128,6 +132,7 @@ class ForwardingOps : public DecoderOps {
   }
   attention::Backend backend() const override { return inner_->backend(); }
   GradSink* sink(const Projection& p) const override { return inner_->sink(p); }
+  bool fused_kernels() const override { return inner_->fused_kernels(); }
 
  protected:
   std::shared_ptr<const DecoderOps> inner_;

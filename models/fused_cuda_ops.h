@@ -2,6 +2,7 @@
 // models/fused_ops.h (RMSNorm, the residual add with the RMSNorm after it,
 // RoPE on q and k at once, SwiGLU); projections and attention as in AtenOps.
 // Equal to AtenOps to the dtype's rounding (models/fused_ops.h says where).
+// GemmaOps over this set runs Gemma's forms through the same kernels.
 #pragma once
 
 #include "models/aten_ops.h"
@@ -18,6 +19,7 @@ class FusedCudaOps : public AtenOps {
   RotaryOutput rotary(const at::Tensor& q, const at::Tensor& k, const RotaryTables& tables) const override;
   at::Tensor gated_activation(const at::Tensor& gate, const at::Tensor& up) const override;
   at::Tensor gated_activation_packed(const at::Tensor& gate_up) const override;
+  bool fused_kernels() const override { return true; }
 };
 
 }  // namespace fptrain::models

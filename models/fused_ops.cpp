@@ -64,24 +64,26 @@ struct RmsNormGrads {
 };
 
 // The reference backward, in ATen, with the kernel's formulas and roundings.
-// s, grad_y, grad_sum [rows, H]; rstd [rows].
+// s, grad_y, grad_sum [rows, H]; rstd [rows]. one_plus: Gemma's (1 + w) form.
 RmsNormGrads reference_rms_norm_backward(const at::Tensor& s, const at::Tensor& weight, const at::Tensor& rstd,
                                          const at::Tensor& grad_y, const at::Tensor& grad_sum, bool want_update,
-                                         double update_scale, bool want_weight) {
+                                         double update_scale, bool want_weight, bool one_plus) {
   const at::ScalarType dtype = s.scalar_type();
   const at::Tensor x32 = s.to(at::kFloat);
   const at::Tensor r = rstd.view({-1, 1});
-  // autograd of weight * normalised.to(dtype): the normalised value's gradient
-  // is grad_y * weight in the dtype, widened by ToCopyBackward.
-  const at::Tensor g = (grad_y * weight).to(at::kFloat);
+  // The normalised value's gradient. autograd of weight * normalised.to(dtype):
+  // grad_y * weight in the dtype, widened by ToCopyBackward; of Gemma's
+  // (normalised * (1 + w32)).to(dtype): grad_y widened, times 1 + w in fp32.
+  const at::Tensor g = one_plus ? grad_y.to(at::kFloat) * (weight.to(at::kFloat) + 1.0)
+                                : (grad_y * weight).to(at::kFloat);
   const at::Tensor dot = (g * x32).sum(-1, /*keepdim=*/true);
   const at::Tensor coef = dot * r * r * r * (1.0 / static_cast<double>(s.size(-1)));
   RmsNormGrads out;
   out.x = (g * r - x32 * coef).to(dtype);
   if (grad_sum.defined()) out.x = out.x + grad_sum;
   if (want_update) out.update = update_scale != 1.0 ? out.x * update_scale : out.x;
-  if (want_weight) {
-    const at::Tensor normalised = (x32 * r).to(dtype).to(at::kFloat);
+  if (want_weight) {  // the normalised value as the product read it: rounded (Llama) or fp32 (Gemma)
+    const at::Tensor normalised = one_plus ? x32 * r : (x32 * r).to(dtype).to(at::kFloat);
     out.weight = (grad_y.to(at::kFloat) * normalised).sum(0).to(weight.scalar_type());
   }
   return out;
@@ -94,25 +96,27 @@ struct RmsNormForward {
 };
 
 RmsNormForward rms_norm_forward(const at::Tensor& x, const at::Tensor& update, const at::Tensor& weight, double eps,
-                                double update_scale, bool cuda) {
+                                double update_scale, bool cuda, bool one_plus) {
   const bool has_update = update.defined();
   RmsNormForward f;
   if (cuda) {
     const int64_t H = x.size(-1);
     const auto r = cuda::rms_norm_forward(x.contiguous().view({-1, H}),
                                           has_update ? update.contiguous().view({-1, H}) : at::Tensor(),
-                                          weight.contiguous(), eps, update_scale);
+                                          weight.contiguous(), eps, update_scale, one_plus);
     if (has_update) f.sum = r.sum.view(x.sizes());
     f.normed = r.y.view(x.sizes());
     f.rstd = r.rstd;
   } else {
-    // Exactly CausalLM's residual add and models/rms_norm.cpp's operations.
+    // Exactly CausalLM's residual add and models/rms_norm.cpp's operations
+    // (Gemma: models/gemma_ops.cpp's gemma_rms_norm).
     if (has_update) f.sum = update_scale != 1.0 ? x + update * update_scale : x + update;
     const at::Tensor& s = has_update ? f.sum : x;
     const at::Tensor x32 = s.to(at::kFloat);
     const at::Tensor variance = x32.pow(2).mean(-1, /*keepdim=*/true);
     const at::Tensor r = at::rsqrt(variance + eps);
-    f.normed = weight * (x32 * r).to(s.scalar_type());
+    f.normed = one_plus ? (x32 * r * (weight.to(at::kFloat) + 1.0)).to(s.scalar_type())
+                        : weight * (x32 * r).to(s.scalar_type());
     f.rstd = r.reshape({-1});
   }
   return f;
@@ -122,7 +126,7 @@ RmsNormForward rms_norm_forward(const at::Tensor& x, const at::Tensor& update, c
 // grad_y undefined: the normalised output was not used.
 RmsNormGrads rms_norm_backward(const at::Tensor& s, const at::Tensor& weight, const at::Tensor& rstd,
                                const at::Tensor& grad_y, const at::Tensor& grad_sum, bool want_update,
-                               double update_scale, bool want_weight, bool cuda) {
+                               double update_scale, bool want_weight, bool cuda, bool one_plus) {
   RmsNormGrads g;
   if (!grad_y.defined()) {  // only the sum was used downstream
     if (grad_sum.defined()) {
@@ -137,45 +141,48 @@ RmsNormGrads rms_norm_backward(const at::Tensor& s, const at::Tensor& weight, co
   const at::Tensor gs2 = grad_sum.defined() ? grad_sum.contiguous().view({-1, H}) : at::Tensor();
   if (cuda) {
     const auto r = cuda::rms_norm_backward(s2, weight.contiguous(), rstd, gy2, gs2, want_update, update_scale,
-                                           want_weight);
+                                           want_weight, one_plus);
     g = {r.grad_x, r.grad_update, r.grad_weight};
   } else {
-    g = reference_rms_norm_backward(s2, weight, rstd, gy2, gs2, want_update, update_scale, want_weight);
+    g = reference_rms_norm_backward(s2, weight, rstd, gy2, gs2, want_update, update_scale, want_weight, one_plus);
   }
   g.x = g.x.view(s.sizes());
   if (g.update.defined()) g.update = g.update.view(s.sizes());
   return g;
 }
 
-// Inputs x, weight. Output normed.
+// Inputs x, weight. Output normed. one_plus: Gemma's (1 + w) form.
 class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight, double eps,
-                            bool cuda) {
-    const RmsNormForward f = rms_norm_forward(x, at::Tensor(), weight, eps, 1.0, cuda);
+                            bool cuda, bool one_plus) {
+    const RmsNormForward f = rms_norm_forward(x, at::Tensor(), weight, eps, 1.0, cuda, one_plus);
     ctx->save_for_backward({x, weight, f.rstd});
     ctx->saved_data["cuda"] = cuda;
+    ctx->saved_data["one_plus"] = one_plus;
     return f.normed;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const RmsNormGrads g = rms_norm_backward(saved[0], saved[1], saved[2], grads[0], at::Tensor(), false, 1.0,
-                                             ctx->needs_input_grad(1), ctx->saved_data["cuda"].toBool());
-    return {g.x, g.weight, at::Tensor(), at::Tensor()};
+                                             ctx->needs_input_grad(1), ctx->saved_data["cuda"].toBool(),
+                                             ctx->saved_data["one_plus"].toBool());
+    return {g.x, g.weight, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
-// Inputs residual, update, weight. Outputs {sum, normed}.
+// Inputs residual, update, weight. Outputs {sum, normed}. one_plus: Gemma's (1 + w) form.
 class AddRmsNormFunction : public torch::autograd::Function<AddRmsNormFunction> {
  public:
   static variable_list forward(AutogradContext* ctx, const at::Tensor& residual, const at::Tensor& update,
-                               const at::Tensor& weight, double eps, double update_scale, bool cuda) {
+                               const at::Tensor& weight, double eps, double update_scale, bool cuda, bool one_plus) {
     ctx->set_materialize_grads(false);  // an unused output's gradient stays undefined, not zeros
-    const RmsNormForward f = rms_norm_forward(residual, update, weight, eps, update_scale, cuda);
+    const RmsNormForward f = rms_norm_forward(residual, update, weight, eps, update_scale, cuda, one_plus);
     ctx->save_for_backward({f.sum, weight, f.rstd});
     ctx->saved_data["update_scale"] = update_scale;
     ctx->saved_data["cuda"] = cuda;
+    ctx->saved_data["one_plus"] = one_plus;
     return {f.sum, f.normed};
   }
 
@@ -184,8 +191,8 @@ class AddRmsNormFunction : public torch::autograd::Function<AddRmsNormFunction> 
     const RmsNormGrads g =
         rms_norm_backward(saved[0], saved[1], saved[2], grads[1], grads[0], ctx->needs_input_grad(1),
                           ctx->saved_data["update_scale"].toDouble(), ctx->needs_input_grad(2),
-                          ctx->saved_data["cuda"].toBool());
-    return {g.x, g.update, g.weight, at::Tensor(), at::Tensor(), at::Tensor()};
+                          ctx->saved_data["cuda"].toBool(), ctx->saved_data["one_plus"].toBool());
+    return {g.x, g.update, g.weight, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -270,24 +277,35 @@ struct SwigluGrads {
   at::Tensor gate, up;
 };
 
-// autograd of silu(gate) * up: grad_up = grad * silu(gate); grad_gate =
-// silu_backward(grad * up, gate).
-SwigluGrads reference_swiglu_backward(const at::Tensor& grad, const at::Tensor& gate, const at::Tensor& up) {
-  return {at::silu_backward(grad * up, gate), grad * at::silu(gate)};
+// The gate's activation as the model writes it: silu, or Gemma's gelu_pytorch_tanh.
+at::Tensor reference_activation(const at::Tensor& gate, bool gelu_tanh) {
+  return gelu_tanh ? at::gelu(gate, "tanh") : at::silu(gate);
 }
 
+// autograd of act(gate) * up: grad_up = grad * act(gate); grad_gate =
+// act's backward (silu_backward, gelu_backward) of grad * up.
+SwigluGrads reference_swiglu_backward(const at::Tensor& grad, const at::Tensor& gate, const at::Tensor& up,
+                                      bool gelu_tanh) {
+  const at::Tensor da = grad * up;
+  return {gelu_tanh ? at::gelu_backward(da, gate, "tanh") : at::silu_backward(da, gate),
+          grad * reference_activation(gate, gelu_tanh)};
+}
+
+// Inputs gate, up. Output act(gate) * up (gelu_tanh: Gemma's activation, else silu).
 class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
  public:
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up, bool cuda) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up, bool cuda,
+                            bool gelu_tanh) {
     at::Tensor out;
     if (cuda) {
       const int64_t I = gate.size(-1);
-      out = cuda::swiglu_forward(rows_of(gate, I), rows_of(up, I)).view(gate.sizes());
+      out = cuda::swiglu_forward(rows_of(gate, I), rows_of(up, I), gelu_tanh).view(gate.sizes());
     } else {
-      out = at::silu(gate) * up;
+      out = reference_activation(gate, gelu_tanh) * up;
     }
     ctx->save_for_backward({gate, up});
     ctx->saved_data["cuda"] = cuda;
+    ctx->saved_data["gelu_tanh"] = gelu_tanh;
     return out;
   }
 
@@ -295,18 +313,19 @@ class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor& gate = saved[0];
     const at::Tensor& up = saved[1];
-    variable_list out(3);
+    const bool gelu_tanh = ctx->saved_data["gelu_tanh"].toBool();
+    variable_list out(4);
     if (!grads[0].defined()) return out;
     if (ctx->saved_data["cuda"].toBool()) {
       const int64_t I = gate.size(-1);
       const at::Tensor grad_gate = at::empty(gate.sizes(), gate.options().memory_format(at::MemoryFormat::Contiguous));
       const at::Tensor grad_up = at::empty(up.sizes(), up.options().memory_format(at::MemoryFormat::Contiguous));
       cuda::swiglu_backward(rows_of(grads[0], I), rows_of(gate, I), rows_of(up, I), grad_gate.view({-1, I}),
-                            grad_up.view({-1, I}));
+                            grad_up.view({-1, I}), gelu_tanh);
       out[0] = grad_gate;
       out[1] = grad_up;
     } else {
-      const SwigluGrads g = reference_swiglu_backward(grads[0], gate, up);
+      const SwigluGrads g = reference_swiglu_backward(grads[0], gate, up, gelu_tanh);
       out[0] = g.gate;
       out[1] = g.up;
     }
@@ -317,17 +336,18 @@ class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
 // gate_up [..., 2I]: gate = first half, up = second half.
 class SwigluPackedFunction : public torch::autograd::Function<SwigluPackedFunction> {
  public:
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate_up, bool cuda) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate_up, bool cuda, bool gelu_tanh) {
     const int64_t I = gate_up.size(-1) / 2;
     const at::Tensor gate = gate_up.narrow(-1, 0, I), up = gate_up.narrow(-1, I, I);
     at::Tensor out;
     if (cuda) {
-      out = cuda::swiglu_forward(rows_of(gate, I), rows_of(up, I)).view(gate.sizes());
+      out = cuda::swiglu_forward(rows_of(gate, I), rows_of(up, I), gelu_tanh).view(gate.sizes());
     } else {
-      out = at::silu(gate) * up;
+      out = reference_activation(gate, gelu_tanh) * up;
     }
     ctx->save_for_backward({gate_up});
     ctx->saved_data["cuda"] = cuda;
+    ctx->saved_data["gelu_tanh"] = gelu_tanh;
     return out;
   }
 
@@ -335,21 +355,60 @@ class SwigluPackedFunction : public torch::autograd::Function<SwigluPackedFuncti
     const at::Tensor gate_up = ctx->get_saved_variables()[0];
     const int64_t I = gate_up.size(-1) / 2;
     const at::Tensor gate = gate_up.narrow(-1, 0, I), up = gate_up.narrow(-1, I, I);
-    variable_list out(2);
+    const bool gelu_tanh = ctx->saved_data["gelu_tanh"].toBool();
+    variable_list out(3);
     if (!grads[0].defined()) return out;
     if (ctx->saved_data["cuda"].toBool()) {
       const at::Tensor grad = at::empty(gate_up.sizes(), gate_up.options().memory_format(at::MemoryFormat::Contiguous));
       const at::Tensor grad2 = grad.view({-1, 2 * I});
       cuda::swiglu_backward(rows_of(grads[0], I), rows_of(gate, I), rows_of(up, I), grad2.narrow(1, 0, I),
-                            grad2.narrow(1, I, I));
+                            grad2.narrow(1, I, I), gelu_tanh);
       out[0] = grad;
     } else {
-      const SwigluGrads g = reference_swiglu_backward(grads[0], gate, up);
+      const SwigluGrads g = reference_swiglu_backward(grads[0], gate, up, gelu_tanh);
       out[0] = at::cat({g.gate, g.up}, -1);
     }
     return out;
   }
 };
+
+// The entry points of both weight forms and both activations (one_plus, gelu_tanh: Gemma's).
+at::Tensor rms_norm_op(const char* op, const at::Tensor& x, const at::Tensor& weight, double eps, FusedPath path,
+                       bool one_plus) {
+  check_rms_norm_args(op, x, weight);
+  const bool cuda = use_cuda(path, rms_norm_blocker({x, weight}), op);
+  return RmsNormFunction::apply(x, weight, eps, cuda, one_plus);
+}
+
+AddRmsNormOutput add_rms_norm_op(const char* op, const at::Tensor& residual, const at::Tensor& update,
+                                 const at::Tensor& weight, double eps, double update_scale, FusedPath path,
+                                 bool one_plus) {
+  check_rms_norm_args(op, residual, weight);
+  if (!update.defined() || update.sizes() != residual.sizes() || update.device() != residual.device()) {
+    throw std::invalid_argument(std::string(op) + ": update must have the residual's shape " +
+                                c10::str(at::IntArrayRef(residual.sizes())) + " and device");
+  }
+  const bool cuda = use_cuda(path, rms_norm_blocker({residual, update, weight}), op);
+  const variable_list out = AddRmsNormFunction::apply(residual, update, weight, eps, update_scale, cuda, one_plus);
+  return {out[0], out[1]};
+}
+
+at::Tensor gated_op(const char* op, const at::Tensor& gate, const at::Tensor& up, FusedPath path, bool gelu_tanh) {
+  if (!gate.defined() || !up.defined() || gate.dim() < 1 || gate.sizes() != up.sizes() ||
+      gate.device() != up.device()) {
+    throw std::invalid_argument(std::string(op) + ": gate and up must be tensors of one shape [..., I] on one device");
+  }
+  const bool cuda = use_cuda(path, cuda_blocker({gate, up}), op);
+  return SwigluFunction::apply(gate, up, cuda, gelu_tanh);
+}
+
+at::Tensor gated_packed_op(const char* op, const at::Tensor& gate_up, FusedPath path, bool gelu_tanh) {
+  if (!gate_up.defined() || gate_up.dim() < 1 || gate_up.size(-1) % 2 != 0) {
+    throw std::invalid_argument(std::string(op) + ": gate_up must be [..., 2I]");
+  }
+  const bool cuda = use_cuda(path, cuda_blocker({gate_up}), op);
+  return SwigluPackedFunction::apply(gate_up, cuda, gelu_tanh);
+}
 
 }  // namespace
 
@@ -360,21 +419,22 @@ bool fused_cuda_kernels_available(const at::Device& device) {
 }
 
 at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, FusedPath path) {
-  check_rms_norm_args("fused_rms_norm", x, weight);
-  const bool cuda = use_cuda(path, rms_norm_blocker({x, weight}), "fused_rms_norm");
-  return RmsNormFunction::apply(x, weight, eps, cuda);
+  return rms_norm_op("fused_rms_norm", x, weight, eps, path, /*one_plus=*/false);
+}
+
+at::Tensor fused_gemma_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, FusedPath path) {
+  return rms_norm_op("fused_gemma_rms_norm", x, weight, eps, path, /*one_plus=*/true);
 }
 
 AddRmsNormOutput fused_add_rms_norm(const at::Tensor& residual, const at::Tensor& update, const at::Tensor& weight,
                                     double eps, double update_scale, FusedPath path) {
-  check_rms_norm_args("fused_add_rms_norm", residual, weight);
-  if (!update.defined() || update.sizes() != residual.sizes() || update.device() != residual.device()) {
-    throw std::invalid_argument("fused_add_rms_norm: update must have the residual's shape " +
-                                c10::str(at::IntArrayRef(residual.sizes())) + " and device");
-  }
-  const bool cuda = use_cuda(path, rms_norm_blocker({residual, update, weight}), "fused_add_rms_norm");
-  const variable_list out = AddRmsNormFunction::apply(residual, update, weight, eps, update_scale, cuda);
-  return {out[0], out[1]};
+  return add_rms_norm_op("fused_add_rms_norm", residual, update, weight, eps, update_scale, path, /*one_plus=*/false);
+}
+
+AddRmsNormOutput fused_add_gemma_rms_norm(const at::Tensor& residual, const at::Tensor& update,
+                                          const at::Tensor& weight, double eps, double update_scale, FusedPath path) {
+  return add_rms_norm_op("fused_add_gemma_rms_norm", residual, update, weight, eps, update_scale, path,
+                         /*one_plus=*/true);
 }
 
 RotaryOutput fused_rotary(const at::Tensor& q, const at::Tensor& k, const RotaryTables& tables, FusedPath path) {
@@ -403,20 +463,19 @@ RotaryOutput fused_rotary(const at::Tensor& q, const at::Tensor& k, const Rotary
 }
 
 at::Tensor fused_swiglu(const at::Tensor& gate, const at::Tensor& up, FusedPath path) {
-  if (!gate.defined() || !up.defined() || gate.dim() < 1 || gate.sizes() != up.sizes() ||
-      gate.device() != up.device()) {
-    throw std::invalid_argument("fused_swiglu: gate and up must be tensors of one shape [..., I] on one device");
-  }
-  const bool cuda = use_cuda(path, cuda_blocker({gate, up}), "fused_swiglu");
-  return SwigluFunction::apply(gate, up, cuda);
+  return gated_op("fused_swiglu", gate, up, path, /*gelu_tanh=*/false);
 }
 
 at::Tensor fused_swiglu_packed(const at::Tensor& gate_up, FusedPath path) {
-  if (!gate_up.defined() || gate_up.dim() < 1 || gate_up.size(-1) % 2 != 0) {
-    throw std::invalid_argument("fused_swiglu_packed: gate_up must be [..., 2I]");
-  }
-  const bool cuda = use_cuda(path, cuda_blocker({gate_up}), "fused_swiglu_packed");
-  return SwigluPackedFunction::apply(gate_up, cuda);
+  return gated_packed_op("fused_swiglu_packed", gate_up, path, /*gelu_tanh=*/false);
+}
+
+at::Tensor fused_geglu(const at::Tensor& gate, const at::Tensor& up, FusedPath path) {
+  return gated_op("fused_geglu", gate, up, path, /*gelu_tanh=*/true);
+}
+
+at::Tensor fused_geglu_packed(const at::Tensor& gate_up, FusedPath path) {
+  return gated_packed_op("fused_geglu_packed", gate_up, path, /*gelu_tanh=*/true);
 }
 
 }  // namespace fptrain::models

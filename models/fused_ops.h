@@ -8,12 +8,17 @@
 //   fused_rotary         RoPE on q and k at once    = apply_rotary(q, tables), apply_rotary(k, tables)
 //   fused_swiglu         SwiGLU                     = silu(gate) * up (separate, or the halves of one projection)
 //
+// and Gemma's forms of the norm and the gating (models/gemma_ops.h), variants of the same kernels:
+//   fused_gemma_rms_norm, fused_add_gemma_rms_norm   gemma_rms_norm: (1 + w) in fp32, one rounding
+//   fused_geglu          gelu(gate, approximate='tanh') * up (gelu_pytorch_tanh)
+//
 // Forward: both implementations compute what the model's ATen code computes
-// (models/rms_norm.cpp, models/rope.cpp, CausalLM::mlp) with its casts in the
-// same places: the reference path runs exactly those ATen operations (equal bit
-// for bit); the kernels compute in fp32 and round to the dtype where each ATen
-// op rounds, so 16-bit results agree to the dtype's rounding (RoPE and SwiGLU
-// bit for bit; RMSNorm's sum of squares is summed in another order).
+// (models/rms_norm.cpp, models/rope.cpp, CausalLM::mlp, models/gemma_ops.cpp)
+// with its casts in the same places: the reference path runs exactly those
+// ATen operations (equal bit for bit); the kernels compute in fp32 and round to
+// the dtype where each ATen op rounds, so 16-bit results agree to the dtype's
+// rounding (RoPE and SwiGLU bit for bit; RMSNorm's sum of squares is summed in
+// another order).
 // Backward: the gradients autograd would form through those operations, with
 // the same roundings to the dtype, written out as formulas (ATen in the
 // reference path, one kernel in the CUDA path). What the Functions save for the
@@ -66,6 +71,17 @@ struct AddRmsNormOutput {
 AddRmsNormOutput fused_add_rms_norm(const at::Tensor& residual, const at::Tensor& update, const at::Tensor& weight,
                                     double eps, double update_scale = 1.0, FusedPath path = FusedPath::kAuto);
 
+// Gemma's RMSNorm (Gemma2RMSNorm, models/gemma_ops.h's gemma_rms_norm):
+// dtype(x32 * rsqrt(mean(x32^2) + eps) * (1 + float(weight))), the product by
+// (1 + w) in fp32 and one rounding; its backward is autograd's through that
+// fp32 chain (no rounding before the input gradient's cast to the dtype).
+at::Tensor fused_gemma_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps,
+                                FusedPath path = FusedPath::kAuto);
+// The residual add (as fused_add_rms_norm's) and Gemma's RMSNorm of the sum.
+AddRmsNormOutput fused_add_gemma_rms_norm(const at::Tensor& residual, const at::Tensor& update,
+                                          const at::Tensor& weight, double eps, double update_scale = 1.0,
+                                          FusedPath path = FusedPath::kAuto);
+
 struct RotaryOutput {
   at::Tensor q, k;  // contiguous, shapes of the inputs
 };
@@ -81,5 +97,10 @@ at::Tensor fused_swiglu(const at::Tensor& gate, const at::Tensor& up, FusedPath 
 // The same for one projection gate_up [..., 2I] whose first half is the gate
 // and second half the up projection; its gradient is one [..., 2I] tensor.
 at::Tensor fused_swiglu_packed(const at::Tensor& gate_up, FusedPath path = FusedPath::kAuto);
+
+// Gemma's gated MLP activation: gelu(gate, approximate='tanh') * up, gate and up
+// [..., I]; and the same for one [..., 2I] gate_up projection (halves as above).
+at::Tensor fused_geglu(const at::Tensor& gate, const at::Tensor& up, FusedPath path = FusedPath::kAuto);
+at::Tensor fused_geglu_packed(const at::Tensor& gate_up, FusedPath path = FusedPath::kAuto);
 
 }  // namespace fptrain::models

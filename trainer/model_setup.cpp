@@ -135,9 +135,11 @@ LoadedModel open_model(const TrainConfig& config, const at::Device& device, cons
       for (const auto& [name, t] : m.adapter->tensors()) t.requires_grad_(true);
   }
   set_model_ops(m, config, device, nullptr, /*dropout_active=*/trainable);
-  if (m.config.gemma)  // the fused kernels compute Llama's forms; soft-capped scores only the reference
-    log::info("Gemma: its RMSNorm ((1 + w) in fp32) and GELU-tanh gating run in ATen, not in the fused kernels" +
-              std::string(m.config.attn_logit_softcap > 0 ? "; soft-capped attention on the reference backend" : ""));
+  if (m.config.gemma)  // where its own norm and gating run; soft-capped scores only the reference computes
+    log::info(std::string("Gemma: its RMSNorm ((1 + w) in fp32) and GELU-tanh gating run ") +
+              (m.model->ops()->fused_kernels() ? "in the fused kernels' Gemma variants"
+                                               : "in ATen (the fused kernels are off or not for this device)") +
+              (m.config.attn_logit_softcap > 0 ? "; soft-capped attention on the reference backend" : ""));
   const bool random_blocks = trainable && m.adapter && m.adapter->settings().dropout > 0;
   m.checkpointing = set_activation_checkpointing(*m.model, config.model.activation_checkpointing,
                                                  trainable ? m.trained() : NamedTensors{}, random_blocks);

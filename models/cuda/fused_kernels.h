@@ -1,5 +1,6 @@
 // The launch interface of the fused element-wise kernels of the decoder
-// (RMSNorm with the residual add, rotary embeddings, SwiGLU): raw pointers,
+// (RMSNorm with the residual add, rotary embeddings, SwiGLU; Gemma's forms of
+// the norm and the gating as variants of the same kernels): raw pointers,
 // sizes and a stream. models/cuda/fused_ops_cuda.cpp checks the tensors,
 // allocates outputs and workspaces and calls these; models/fused_ops.cpp holds
 // the autograd Functions. Free of LibTorch, so the .cu files compile fast.
@@ -30,6 +31,8 @@ using common::cuda::Dtype;
 //   without:       s = x.
 //   rstd = rsqrt(mean(float(s)^2) + eps)           (fp32, written to rstd[row])
 //   y    = weight * dtype(float(s) * rstd)         (models/rms_norm.cpp's casts)
+//   one_plus_weight (Gemma2RMSNorm, models/gemma_ops.cpp):
+//   y    = dtype(float(s) * rstd * (1 + float(weight)))   (fp32 throughout, one rounding)
 struct RmsNormFwdArgs {
   Dtype dtype = Dtype::kBFloat16;
   const void* x = nullptr;       // the residual stream (with update) or the input
@@ -41,6 +44,7 @@ struct RmsNormFwdArgs {
   int64_t rows = 0, cols = 0;
   float eps = 1e-6f;
   float update_scale = 1.0f;
+  bool one_plus_weight = false;  // Gemma's form
 };
 void rms_norm_forward(const RmsNormFwdArgs& args, cudaStream_t stream);
 
@@ -52,6 +56,10 @@ void rms_norm_forward(const RmsNormFwdArgs& args, cudaStream_t stream);
 //   grad_weight = dtype(sum over rows of grad_y * dtype(s * rstd))   in fp32, in two
 //   stages: each block sums its rows into dw_partial[block], a second kernel sums
 //   the blocks in index order (deterministic for a device and shape).
+// one_plus_weight (Gemma): nothing rounds before the input gradient's cast, as
+// autograd differentiates the fp32 chain:
+//   g     = float(grad_y) * (1 + float(weight))                 (fp32)
+//   grad_weight = dtype(sum over rows of grad_y * (s * rstd))   (fp32 products)
 struct RmsNormBwdArgs {
   Dtype dtype = Dtype::kBFloat16;
   const void* s = nullptr;          // [rows, cols]
@@ -66,6 +74,7 @@ struct RmsNormBwdArgs {
   float* dw_partial = nullptr;      // [dw_blocks, cols] fp32 workspace (with grad_weight)
   int64_t dw_blocks = 0;            // from rms_norm_backward_blocks
   int64_t rows = 0, cols = 0;
+  bool one_plus_weight = false;     // Gemma's form (as in the forward)
 };
 // The number of blocks the backward runs (= rows of dw_partial) for these
 // arguments on the current device: the resident blocks of the whole GPU, at
@@ -107,13 +116,20 @@ struct RotaryArgs {
 };
 void rotary(const RotaryArgs& args, cudaStream_t stream);
 
-// ---- SwiGLU (models/cuda/swiglu_kernels.cu) ----------------------------------
+// ---- SwiGLU and GELU-tanh gating (models/cuda/swiglu_kernels.cu) -------------
 
-// out = dtype(dtype(silu(gate)) * up), silu(x) = x / (1 + exp(-x)) in fp32 (ATen's).
+// The activation of the gate, in fp32 as ATen's CUDA kernels write it:
+//   kSilu      silu(x) = x / (1 + exp(-x))                                 (Llama, ...)
+//   kGeluTanh  gelu(x, approximate='tanh')
+//              = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))           (Gemma's gelu_pytorch_tanh)
+enum class GateActivation : uint8_t { kSilu, kGeluTanh };
+
+// out = dtype(dtype(act(gate)) * up).
 // Rows of `cols` elements; each tensor has its own row stride, so gate and up
 // may be the two halves of one [rows, 2 * cols] projection.
 struct SwigluFwdArgs {
   Dtype dtype = Dtype::kBFloat16;
+  GateActivation activation = GateActivation::kSilu;
   const void* gate = nullptr;
   const void* up = nullptr;
   void* out = nullptr;
@@ -122,11 +138,15 @@ struct SwigluFwdArgs {
 };
 void swiglu_forward(const SwigluFwdArgs& args, cudaStream_t stream);
 
-// As autograd differentiates silu(gate) * up:
-//   grad_up   = dtype(grad * dtype(silu(gate)))
-//   grad_gate = dtype(dtype(grad * up) * sig * (1 + gate * (1 - sig))),  sig = 1 / (1 + exp(-gate))
+// As autograd differentiates act(gate) * up:
+//   grad_up   = dtype(grad * dtype(act(gate)))
+//   grad_gate = dtype(act_backward(dtype(grad * up), gate))   (ATen's silu_backward / gelu_backward)
+//   silu:      da * sig * (1 + gate * (1 - sig)),  sig = 1 / (1 + exp(-gate))
+//   gelu-tanh: da * (0.5 (1 + t) + 0.5 gate (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 gate^2)),
+//              t = tanh(sqrt(2/pi) (gate + 0.044715 gate^3))
 struct SwigluBwdArgs {
   Dtype dtype = Dtype::kBFloat16;
+  GateActivation activation = GateActivation::kSilu;
   const void* grad = nullptr;
   const void* gate = nullptr;
   const void* up = nullptr;

@@ -18,6 +18,8 @@ Dtype dtype_of(const at::Tensor& t) { return common::cuda::dtype_of(t.scalar_typ
 
 const void* ptr_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 
+GateActivation activation_of(bool gelu_tanh) { return gelu_tanh ? GateActivation::kGeluTanh : GateActivation::kSilu; }
+
 void check_rows(const at::Tensor& t, int64_t rows, int64_t cols, const char* what) {
   if (!t.defined()) return;
   if (t.dim() != 2 || t.size(0) != rows || t.size(1) != cols || !t.is_contiguous()) {
@@ -40,7 +42,7 @@ bool device_supported(const at::Device& device) {
 int64_t rms_norm_max_cols() { return rms_norm_kernel_max_cols(); }
 
 RmsNormForwardResult rms_norm_forward(const at::Tensor& x, const at::Tensor& update, const at::Tensor& weight,
-                                      double eps, double update_scale) {
+                                      double eps, double update_scale, bool one_plus_weight) {
   const c10::cuda::CUDAGuard guard(x.device());
   const int64_t rows = x.size(0), cols = x.size(1);
   check_rows(x, rows, cols, "x");
@@ -64,13 +66,14 @@ RmsNormForwardResult rms_norm_forward(const at::Tensor& x, const at::Tensor& upd
   a.cols = cols;
   a.eps = static_cast<float>(eps);
   a.update_scale = static_cast<float>(update_scale);
+  a.one_plus_weight = one_plus_weight;
   rms_norm_forward(a, at::cuda::getCurrentCUDAStream());
   return r;
 }
 
 RmsNormBackwardResult rms_norm_backward(const at::Tensor& s, const at::Tensor& weight, const at::Tensor& rstd,
                                         const at::Tensor& grad_y, const at::Tensor& grad_sum, bool want_update,
-                                        double update_scale, bool want_weight) {
+                                        double update_scale, bool want_weight, bool one_plus_weight) {
   const c10::cuda::CUDAGuard guard(s.device());
   const int64_t rows = s.size(0), cols = s.size(1);
   check_rows(s, rows, cols, "s");
@@ -94,6 +97,7 @@ RmsNormBackwardResult rms_norm_backward(const at::Tensor& s, const at::Tensor& w
   a.update_scale = static_cast<float>(update_scale);
   a.rows = rows;
   a.cols = cols;
+  a.one_plus_weight = one_plus_weight;  // before the block count: the variant's occupancy
   at::Tensor partial;
   if (want_weight) {
     a.grad_weight = r.grad_weight.data_ptr();
@@ -136,11 +140,12 @@ std::pair<at::Tensor, at::Tensor> rotary(const at::Tensor& q, const at::Tensor& 
   return out;
 }
 
-at::Tensor swiglu_forward(const at::Tensor& gate, const at::Tensor& up) {
+at::Tensor swiglu_forward(const at::Tensor& gate, const at::Tensor& up, bool gelu_tanh) {
   const c10::cuda::CUDAGuard guard(gate.device());
   const at::Tensor out = at::empty(gate.sizes(), gate.options().memory_format(at::MemoryFormat::Contiguous));
   SwigluFwdArgs a;
   a.dtype = dtype_of(gate);
+  a.activation = activation_of(gelu_tanh);
   a.gate = gate.data_ptr();
   a.up = up.data_ptr();
   a.out = out.data_ptr();
@@ -154,10 +159,11 @@ at::Tensor swiglu_forward(const at::Tensor& gate, const at::Tensor& up) {
 }
 
 void swiglu_backward(const at::Tensor& grad, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& grad_gate,
-                     const at::Tensor& grad_up) {
+                     const at::Tensor& grad_up, bool gelu_tanh) {
   const c10::cuda::CUDAGuard guard(gate.device());
   SwigluBwdArgs a;
   a.dtype = dtype_of(gate);
+  a.activation = activation_of(gelu_tanh);
   a.grad = grad.data_ptr();
   a.gate = gate.data_ptr();
   a.up = up.data_ptr();

@@ -29,8 +29,9 @@ struct RmsNormForwardResult {
   at::Tensor rstd;  // fp32 [rows]
 };
 // x, update (optional): contiguous [rows, cols]; weight: contiguous [cols].
+// one_plus_weight: Gemma's form, dtype(s * rstd * (1 + float(weight))).
 RmsNormForwardResult rms_norm_forward(const at::Tensor& x, const at::Tensor& update, const at::Tensor& weight,
-                                      double eps, double update_scale);
+                                      double eps, double update_scale, bool one_plus_weight);
 
 struct RmsNormBackwardResult {
   at::Tensor grad_x, grad_update, grad_weight;  // grad_update is grad_x itself when the scale is 1
@@ -38,7 +39,7 @@ struct RmsNormBackwardResult {
 // s (the normalised input), grad_y, grad_sum (optional): contiguous [rows, cols].
 RmsNormBackwardResult rms_norm_backward(const at::Tensor& s, const at::Tensor& weight, const at::Tensor& rstd,
                                         const at::Tensor& grad_y, const at::Tensor& grad_sum, bool want_update,
-                                        double update_scale, bool want_weight);
+                                        double update_scale, bool want_weight, bool one_plus_weight);
 
 // q [T, Hq, D], k [T, Hk, D] (either may be undefined; last dim contiguous),
 // cos/sin [T, D] rows (last dim contiguous). Returns contiguous rotated copies
@@ -46,12 +47,13 @@ RmsNormBackwardResult rms_norm_backward(const at::Tensor& s, const at::Tensor& w
 std::pair<at::Tensor, at::Tensor> rotary(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
                                          const at::Tensor& sin, bool inverse);
 
+// act(gate) * up, act silu or (gelu_tanh) gelu(approximate='tanh').
 // gate, up: [rows, cols] with unit column stride (any row stride). Returns contiguous out.
-at::Tensor swiglu_forward(const at::Tensor& gate, const at::Tensor& up);
+at::Tensor swiglu_forward(const at::Tensor& gate, const at::Tensor& up, bool gelu_tanh);
 // Writes grad_gate and grad_up ([rows, cols], unit column stride, any row
 // stride: they may be the two halves of one [rows, 2 * cols] tensor).
 void swiglu_backward(const at::Tensor& grad, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& grad_gate,
-                     const at::Tensor& grad_up);
+                     const at::Tensor& grad_up, bool gelu_tanh);
 
 // The first level of NF4 (models/nf4.h's quantize_nf4 on CUDA): {codes [numel / 2] uint8, block
 // maxima [ceil(numel / 64)] fp32} of a weight on the GPU (any floating dtype, numel a multiple of 8);

@@ -16,12 +16,12 @@ bool kernels_built() { return false; }
 bool device_supported(const at::Device&) { return false; }
 int64_t rms_norm_max_cols() { return 0; }
 
-RmsNormForwardResult rms_norm_forward(const at::Tensor&, const at::Tensor&, const at::Tensor&, double, double) {
+RmsNormForwardResult rms_norm_forward(const at::Tensor&, const at::Tensor&, const at::Tensor&, double, double, bool) {
   not_built();
 }
 
 RmsNormBackwardResult rms_norm_backward(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                        const at::Tensor&, bool, double, bool) {
+                                        const at::Tensor&, bool, double, bool, bool) {
   not_built();
 }
 
@@ -30,9 +30,10 @@ std::pair<at::Tensor, at::Tensor> rotary(const at::Tensor&, const at::Tensor&, c
   not_built();
 }
 
-at::Tensor swiglu_forward(const at::Tensor&, const at::Tensor&) { not_built(); }
+at::Tensor swiglu_forward(const at::Tensor&, const at::Tensor&, bool) { not_built(); }
 
-void swiglu_backward(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&) {
+void swiglu_backward(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                     bool) {
   not_built();
 }
 

@@ -16,6 +16,9 @@
 // memory when looped; each column belongs to one thread); a second kernel adds
 // the partials in block order. Both orders are fixed, so the weight gradient is
 // bitwise repeatable on a device.
+//
+// kOnePlus selects Gemma's weight form (1 + w in fp32, see weight_factor and
+// below); every kernel is instantiated for both.
 #include "models/cuda/kernel_utils.cuh"
 
 #include <algorithm>
@@ -51,8 +54,33 @@ __device__ __forceinline__ float rstd_of(float sumsq, int64_t cols, float eps) {
   return rsqrtf(add_rn(mul_rn(sumsq, __frcp_rn(static_cast<float>(cols))), eps));
 }
 
+// ---- the weight's form: Llama's w, or Gemma's (1 + w) --------------------------
+// Llama: weight * dtype(s * rstd), the normalised value rounds before the product.
+// Gemma: dtype(s * rstd * (1 + float(w))), fp32 until the output's one rounding.
+
+// What the normalised value is multiplied by.
+template <bool kOnePlus>
+__device__ __forceinline__ float weight_factor(float w) {
+  return kOnePlus ? add_rn(w, 1.0f) : w;
+}
+
+// The normalised value as the product reads it.
+template <typename T, bool kOnePlus>
+__device__ __forceinline__ float normalised(float s, float rstd) {
+  const float n = mul_rn(s, rstd);
+  return kOnePlus ? n : round_to<T>(n);
+}
+
+// The normalised value's gradient: autograd rounds it to the dtype in Llama's
+// form (a product of dtype tensors), not in Gemma's (an fp32 product).
+template <typename T, bool kOnePlus>
+__device__ __forceinline__ float normalised_grad(float grad_y, float factor) {
+  const float g = mul_rn(grad_y, factor);
+  return kOnePlus ? g : round_to<T>(g);
+}
+
 // ---- forward ---------------------------------------------------------------
-template <typename T, int VEC, bool kCached>
+template <typename T, int VEC, bool kCached, bool kOnePlus>
 __global__ void __launch_bounds__(kMaxThreads) rms_norm_fwd_kernel(const RmsNormFwdArgs a) {
   __shared__ float scratch[32];
   const int64_t cols = a.cols;
@@ -86,9 +114,8 @@ __global__ void __launch_bounds__(kMaxThreads) rms_norm_fwd_kernel(const RmsNorm
     if (!kCached) load_vec<T, VEC>(update != nullptr ? sum_out + c : x + c, s);  // this thread's own writes
     float wv[VEC], out[VEC];
     load_vec<T, VEC>(w + c, wv);
-    // weight * (x32 * rstd).to(dtype): the normalised value rounds first.
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) out[k] = mul_rn(wv[k], round_to<T>(mul_rn(s[k], rstd)));
+    for (int k = 0; k < VEC; ++k) out[k] = mul_rn(weight_factor<kOnePlus>(wv[k]), normalised<T, kOnePlus>(s[k], rstd));
     store_vec<T, VEC>(y + c, out);
     if (kCached) break;
   }
@@ -97,16 +124,16 @@ __global__ void __launch_bounds__(kMaxThreads) rms_norm_fwd_kernel(const RmsNorm
 // ---- backward --------------------------------------------------------------
 
 // One vector of a row: accumulates the weight gradient's partial, turns g
-// (loaded as grad_y) into the normalised value's gradient in the dtype, and
-// returns this vector's share of sum(g * s).
-template <typename T, int VEC>
-__device__ __forceinline__ float bwd_first_pass(const float (&s)[VEC], float (&g)[VEC], const float (&w)[VEC],
+// (loaded as grad_y) into the normalised value's gradient, and returns this
+// vector's share of sum(g * s). `f` holds the weight factors (weight_factor).
+template <typename T, int VEC, bool kOnePlus>
+__device__ __forceinline__ float bwd_first_pass(const float (&s)[VEC], float (&g)[VEC], const float (&f)[VEC],
                                                 float rstd, float* dw) {
   float dot = 0.0f;
 #pragma unroll
   for (int k = 0; k < VEC; ++k) {
-    if (dw != nullptr) dw[k] = fmaf(g[k], round_to<T>(mul_rn(s[k], rstd)), dw[k]);
-    g[k] = round_to<T>(mul_rn(g[k], w[k]));  // grad of the normalised value, as autograd rounds it
+    if (dw != nullptr) dw[k] = fmaf(g[k], normalised<T, kOnePlus>(s[k], rstd), dw[k]);
+    g[k] = normalised_grad<T, kOnePlus>(g[k], f[k]);
     dot = fmaf(g[k], s[k], dot);
   }
   return dot;
@@ -135,9 +162,9 @@ __device__ __forceinline__ void bwd_second_pass(const RmsNormBwdArgs& a, int64_t
   }
 }
 
-// Cached: one vector per thread; the weight and the weight-gradient partial
-// stay in registers across the block's rows.
-template <typename T, int VEC>
+// Cached: one vector per thread; the weight factors and the weight-gradient
+// partial stay in registers across the block's rows.
+template <typename T, int VEC, bool kOnePlus>
 __global__ void __launch_bounds__(kMaxThreads) rms_norm_bwd_cached_kernel(const RmsNormBwdArgs a) {
   __shared__ float scratch[32];
   const int64_t cols = a.cols;
@@ -146,7 +173,11 @@ __global__ void __launch_bounds__(kMaxThreads) rms_norm_bwd_cached_kernel(const 
   float w[VEC], dw[VEC];
 #pragma unroll
   for (int k = 0; k < VEC; ++k) w[k] = dw[k] = 0.0f;
-  if (active) load_vec<T, VEC>(static_cast<const T*>(a.weight) + c, w);
+  if (active) {
+    load_vec<T, VEC>(static_cast<const T*>(a.weight) + c, w);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) w[k] = weight_factor<kOnePlus>(w[k]);
+  }
   float* dw_acc = a.grad_weight != nullptr ? dw : nullptr;
 
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
@@ -157,7 +188,7 @@ __global__ void __launch_bounds__(kMaxThreads) rms_norm_bwd_cached_kernel(const 
     if (active) {
       load_vec<T, VEC>(static_cast<const T*>(a.s) + offset, s);
       load_vec<T, VEC>(static_cast<const T*>(a.grad_y) + offset, g);
-      dot = bwd_first_pass<T, VEC>(s, g, w, rstd, dw_acc);
+      dot = bwd_first_pass<T, VEC, kOnePlus>(s, g, w, rstd, dw_acc);
     }
     dot = block_allsum(dot, scratch);
     const float coef = dot * rstd * rstd * rstd * __frcp_rn(static_cast<float>(cols));
@@ -169,7 +200,7 @@ __global__ void __launch_bounds__(kMaxThreads) rms_norm_bwd_cached_kernel(const 
 // Looped: any row length. The weight-gradient partial lives in dynamic shared
 // memory (cols floats when there is a weight gradient), each column owned by
 // one thread, so it needs no synchronisation.
-template <typename T, int VEC>
+template <typename T, int VEC, bool kOnePlus>
 __global__ void __launch_bounds__(kMaxThreads) rms_norm_bwd_looped_kernel(const RmsNormBwdArgs a) {
   __shared__ float scratch[32];
   extern __shared__ float dw_shared[];
@@ -192,7 +223,9 @@ __global__ void __launch_bounds__(kMaxThreads) rms_norm_bwd_looped_kernel(const 
       load_vec<T, VEC>(static_cast<const T*>(a.s) + base + c, s);
       load_vec<T, VEC>(static_cast<const T*>(a.grad_y) + base + c, g);
       load_vec<T, VEC>(weight + c, w);
-      dot += bwd_first_pass<T, VEC>(s, g, w, rstd, has_dw ? dw_shared + c : nullptr);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) w[k] = weight_factor<kOnePlus>(w[k]);
+      dot += bwd_first_pass<T, VEC, kOnePlus>(s, g, w, rstd, has_dw ? dw_shared + c : nullptr);
     }
     dot = block_allsum(dot, scratch);
     const float coef = dot * rstd * rstd * rstd * __frcp_rn(static_cast<float>(cols));
@@ -202,7 +235,7 @@ __global__ void __launch_bounds__(kMaxThreads) rms_norm_bwd_looped_kernel(const 
       load_vec<T, VEC>(static_cast<const T*>(a.grad_y) + base + c, g);
       load_vec<T, VEC>(weight + c, w);
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) g[k] = round_to<T>(mul_rn(g[k], w[k]));
+      for (int k = 0; k < VEC; ++k) g[k] = normalised_grad<T, kOnePlus>(g[k], weight_factor<kOnePlus>(w[k]));
       bwd_second_pass<T, VEC>(a, base + c, s, g, rstd, coef);
     }
   }
@@ -283,9 +316,19 @@ struct FwdLaunch {
   cudaStream_t stream;
   template <typename T, int VEC, bool kCached>
   void operator()() const {
-    rms_norm_fwd_kernel<T, VEC, kCached><<<static_cast<unsigned>(a.rows), c.threads, 0, stream>>>(a);
+    auto kernel =
+        a.one_plus_weight ? rms_norm_fwd_kernel<T, VEC, kCached, true> : rms_norm_fwd_kernel<T, VEC, kCached, false>;
+    kernel<<<static_cast<unsigned>(a.rows), c.threads, 0, stream>>>(a);
   }
 };
+
+// The backward kernel for a configuration and the weight's form.
+template <typename T, int VEC, bool kCached>
+auto bwd_kernel(bool one_plus_weight) {
+  if (one_plus_weight)
+    return kCached ? rms_norm_bwd_cached_kernel<T, VEC, true> : rms_norm_bwd_looped_kernel<T, VEC, true>;
+  return kCached ? rms_norm_bwd_cached_kernel<T, VEC, false> : rms_norm_bwd_looped_kernel<T, VEC, false>;
+}
 
 struct BwdLaunch {
   const RmsNormBwdArgs& a;
@@ -295,7 +338,7 @@ struct BwdLaunch {
   int64_t* blocks_out;  // set: only report the grid size
   template <typename T, int VEC, bool kCached>
   void operator()() const {
-    auto kernel = kCached ? rms_norm_bwd_cached_kernel<T, VEC> : rms_norm_bwd_looped_kernel<T, VEC>;
+    auto kernel = bwd_kernel<T, VEC, kCached>(a.one_plus_weight);
     const size_t smem = kCached ? 0 : looped_smem_bytes(a);
     if (smem > 0) {
       int optin = 0;

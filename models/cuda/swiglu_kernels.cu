@@ -1,23 +1,49 @@
 // SwiGLU, forward and backward (models/cuda/fused_kernels.h): out =
-// silu(gate) * up, and both input gradients in one pass. Block (row, chunk of
-// columns): grid.x walks the rows, grid.y the chunks of blockDim.x vectors.
+// act(gate) * up, and both input gradients in one pass; act is silu, or
+// Gemma's gelu(approximate='tanh') (a policy type, one kernel per activation).
+// Block (row, chunk of columns): grid.x walks the rows, grid.y the chunks of
+// blockDim.x vectors.
 // 16-byte vectors when the row length, the row strides and the pointers allow,
 // single elements otherwise. Row strides are free, so gate and up may be the
 // two halves of one [rows, 2 * cols] projection.
 #include "models/cuda/kernel_utils.cuh"
 
 #include <algorithm>
+#include <cmath>
 
 namespace fptrain::models::cuda {
 namespace {
 
 constexpr int kThreads = 256;
 
-// silu and sigmoid exactly as ATen's CUDA kernels write them (fp32 opmath).
-__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
-__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+// The activations as ATen's CUDA kernels write them (fp32 opmath, the same
+// operation order): value(x), and backward(da, x) = da * d value / dx.
+struct Silu {
+  static __device__ __forceinline__ float value(float x) { return x / (1.0f + expf(-x)); }
+  static __device__ __forceinline__ float backward(float da, float x) {  // silu_backward
+    const float sig = 1.0f / (1.0f + expf(-x));
+    return da * sig * (1.0f + x * (1.0f - sig));
+  }
+};
 
-template <typename T, int VEC>
+struct GeluTanh {
+  // sqrt(2/pi) and the cubic's coefficient, rounded to fp32 as ATen's constants are.
+  static constexpr float kBeta = static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5);
+  static constexpr float kKappa = 0.044715f;
+  static __device__ __forceinline__ float value(float x) {
+    const float inner = kBeta * (x + kKappa * (x * x * x));
+    return 0.5f * x * (1.0f + tanhf(inner));
+  }
+  static __device__ __forceinline__ float backward(float da, float x) {  // gelu_backward, 'tanh'
+    const float x_sq = x * x;
+    const float t = tanhf(kBeta * (x + kKappa * (x_sq * x)));
+    const float left_derivative = 0.5f * (1.0f + t);
+    const float right_derivative = 0.5f * x * (1.0f - t * t) * (kBeta * (1.0f + 3.0f * kKappa * x_sq));
+    return da * (left_derivative + right_derivative);
+  }
+};
+
+template <typename T, int VEC, typename Act>
 __global__ void __launch_bounds__(kThreads) swiglu_fwd_kernel(const SwigluFwdArgs a) {
   const int64_t row = blockIdx.x;
   const int64_t c = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) * VEC;
@@ -26,11 +52,11 @@ __global__ void __launch_bounds__(kThreads) swiglu_fwd_kernel(const SwigluFwdArg
   load_vec<T, VEC>(static_cast<const T*>(a.gate) + row * a.gate_stride + c, g);
   load_vec<T, VEC>(static_cast<const T*>(a.up) + row * a.up_stride + c, u);
 #pragma unroll
-  for (int k = 0; k < VEC; ++k) out[k] = mul_rn(round_to<T>(silu(g[k])), u[k]);  // silu rounds, then the product
+  for (int k = 0; k < VEC; ++k) out[k] = mul_rn(round_to<T>(Act::value(g[k])), u[k]);  // act rounds, then the product
   store_vec<T, VEC>(static_cast<T*>(a.out) + row * a.out_stride + c, out);
 }
 
-template <typename T, int VEC>
+template <typename T, int VEC, typename Act>
 __global__ void __launch_bounds__(kThreads) swiglu_bwd_kernel(const SwigluBwdArgs a) {
   const int64_t row = blockIdx.x;
   const int64_t c = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) * VEC;
@@ -41,13 +67,11 @@ __global__ void __launch_bounds__(kThreads) swiglu_bwd_kernel(const SwigluBwdArg
   load_vec<T, VEC>(static_cast<const T*>(a.up) + row * a.up_stride + c, u);
 #pragma unroll
   for (int k = 0; k < VEC; ++k) {
-    // autograd of silu(gate) * up: grad_up = grad * silu(gate) (the rounded
+    // autograd of act(gate) * up: grad_up = grad * act(gate) (the rounded
     // activation autograd saved), grad of the activation = grad * up rounded,
-    // then silu_backward: da * sig * (1 + x * (1 - sig)).
-    du[k] = mul_rn(dy[k], round_to<T>(silu(g[k])));
-    const float da = round_to<T>(mul_rn(dy[k], u[k]));
-    const float sig = sigmoid(g[k]);
-    dg[k] = da * sig * (1.0f + g[k] * (1.0f - sig));
+    // then the activation's backward.
+    du[k] = mul_rn(dy[k], round_to<T>(Act::value(g[k])));
+    dg[k] = Act::backward(round_to<T>(mul_rn(dy[k], u[k])), g[k]);
   }
   store_vec<T, VEC>(static_cast<T*>(a.grad_gate) + row * a.grad_gate_stride + c, dg);
   store_vec<T, VEC>(static_cast<T*>(a.grad_up) + row * a.grad_up_stride + c, du);
@@ -61,6 +85,16 @@ dim3 grid_for(int64_t rows, int64_t cols, int vec, int* threads) {
 
 bool rows_ok(const void* p, int64_t stride, int vec) { return aligned16(p) && stride % vec == 0; }
 
+// Calls f(Act{}) for the activation.
+template <typename F>
+void dispatch_activation(GateActivation act, F&& f) {
+  switch (act) {
+    case GateActivation::kSilu: return f(Silu{});
+    case GateActivation::kGeluTanh: return f(GeluTanh{});
+  }
+  throw std::invalid_argument("models/cuda swiglu: unknown activation");
+}
+
 }  // namespace
 
 void swiglu_forward(const SwigluFwdArgs& a, cudaStream_t stream) {
@@ -72,8 +106,11 @@ void swiglu_forward(const SwigluFwdArgs& a, cudaStream_t stream) {
                         rows_ok(a.out, a.out_stride, V);
     int threads = 0;
     const dim3 grid = grid_for(a.rows, a.cols, vector ? V : 1, &threads);
-    if (vector) swiglu_fwd_kernel<T, V><<<grid, threads, 0, stream>>>(a);
-    else swiglu_fwd_kernel<T, 1><<<grid, threads, 0, stream>>>(a);
+    dispatch_activation(a.activation, [&](auto act) {
+      using Act = decltype(act);
+      if (vector) swiglu_fwd_kernel<T, V, Act><<<grid, threads, 0, stream>>>(a);
+      else swiglu_fwd_kernel<T, 1, Act><<<grid, threads, 0, stream>>>(a);
+    });
   });
   check_cuda(cudaGetLastError(), "swiglu forward launch");
 }
@@ -88,8 +125,11 @@ void swiglu_backward(const SwigluBwdArgs& a, cudaStream_t stream) {
                         rows_ok(a.grad_gate, a.grad_gate_stride, V) && rows_ok(a.grad_up, a.grad_up_stride, V);
     int threads = 0;
     const dim3 grid = grid_for(a.rows, a.cols, vector ? V : 1, &threads);
-    if (vector) swiglu_bwd_kernel<T, V><<<grid, threads, 0, stream>>>(a);
-    else swiglu_bwd_kernel<T, 1><<<grid, threads, 0, stream>>>(a);
+    dispatch_activation(a.activation, [&](auto act) {
+      using Act = decltype(act);
+      if (vector) swiglu_bwd_kernel<T, V, Act><<<grid, threads, 0, stream>>>(a);
+      else swiglu_bwd_kernel<T, 1, Act><<<grid, threads, 0, stream>>>(a);
+    });
   });
   check_cuda(cudaGetLastError(), "swiglu backward launch");
 }

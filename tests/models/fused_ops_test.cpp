@@ -6,11 +6,17 @@
 //     implement) equal autograd through the model's ATen operations within
 //     1e-6 in fp32 (RoPE and SwiGLU bit for bit), and central finite
 //     differences in fp64 within 1e-6;
+//   - Gemma's forms (fused_gemma_rms_norm, fused_add_gemma_rms_norm,
+//     fused_geglu): forward bit for bit models/gemma_ops.cpp's composition,
+//     gradients autograd's through it (the same bounds), GemmaOps over AtenOps
+//     unchanged (the composition, bit for bit);
 //   - a decoder layer written with the fused ops equals CausalLM's composition;
 //   - path choice and bad arguments.
 // The CUDA kernels against this path: tests/models_gpu/fused_ops_cuda_test.cpp.
 #include "attention/varlen_attention.h"
+#include "models/aten_ops.h"
 #include "models/fused_ops.h"
+#include "models/gemma_ops.h"
 #include "models/rms_norm.h"
 #include "models/rope.h"
 #include "tests/models/model_test_util.h"
@@ -393,6 +399,145 @@ TEST(FusedSwiglu, GradientsMatchFiniteDifferencesInFp64) {
                      kTolerance, "packed vs finite differences");
 }
 
+// ---- Gemma's RMSNorm and GELU-tanh gating -------------------------------------------------
+
+Tensors fused_gemma_norm(const Tensors& in, double scale) {
+  if (scale == 0) return {fused_gemma_rms_norm(in[0], in[1], kEps, kRef)};
+  const AddRmsNormOutput o = fused_add_gemma_rms_norm(in[0], in[1], in[2], kEps, scale, kRef);
+  return {o.sum, o.normed};
+}
+Tensors model_gemma_norm(const Tensors& in, double scale) {  // GemmaOps' ATen composition
+  if (scale == 0) return {gemma_rms_norm(in[0], in[1], kEps)};
+  const at::Tensor sum = model_residual_add(in[0], in[1], scale);
+  return {sum, gemma_rms_norm(sum, in[2], kEps)};
+}
+Tensors exact_gemma_norm(const Tensors& in, double scale) {
+  auto norm = [](const at::Tensor& s, const at::Tensor& w) {
+    return s * at::rsqrt(s.pow(2).mean(-1, /*keepdim=*/true) + kEps) * (1.0 + w);
+  };
+  if (scale == 0) return {norm(in[0], in[1])};
+  const at::Tensor sum = in[0] + in[1] * scale;
+  return {sum, norm(sum, in[2])};
+}
+
+// Gemma's weights sit around 0 (the factor is 1 + w).
+Tensors gemma_norm_inputs(const NormCase& c, at::ScalarType dtype) {
+  Tensors in = norm_inputs(c, dtype);
+  in.back() = (0.3 * at::randn({c.shape.back()})).to(dtype);
+  return in;
+}
+
+TEST(FusedGemmaRmsNorm, ReferenceForwardIsTheCompositionBitForBit) {
+  at::manual_seed(21);
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    for (const NormCase& c : kNormCases) {
+      SCOPED_TRACE(label(c) + " " + c10::toString(dtype));
+      const Tensors in = gemma_norm_inputs(c, dtype);
+      const Tensors got = fused_gemma_norm(in, c.scale), want = model_gemma_norm(in, c.scale);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_EQ(got[i].scalar_type(), dtype);
+        EXPECT_TRUE(at::equal(got[i], want[i])) << "output " << i;
+      }
+    }
+  }
+}
+
+TEST(FusedGemmaRmsNorm, GradientsEqualAutogradOfTheComposition) {
+  at::manual_seed(22);
+  for (const NormCase& c : kNormCases) {
+    const Tensors in = gemma_norm_inputs(c, at::kFloat);
+    const bool add = c.scale != 0;
+    std::vector<Tensors> upstreams = {{randn(c.shape, at::kFloat)}};
+    if (add) {
+      upstreams = {{randn(c.shape, at::kFloat), randn(c.shape, at::kFloat)}, {at::Tensor(), randn(c.shape, at::kFloat)}};
+    }
+    for (size_t u = 0; u < upstreams.size(); ++u) {
+      SCOPED_TRACE(label(c) + ", upstream pattern " + std::to_string(u));
+      const Tensors a = leaves(in), b = leaves(in);
+      expect_grads_close(grads_of(fused_gemma_norm(a, c.scale), upstreams[u], a),
+                         grads_of(model_gemma_norm(b, c.scale), upstreams[u], b), kTolerance, "vs autograd");
+    }
+  }
+  for (const NormCase& c : {NormCase{{3, 8}, 0}, NormCase{{2, 3, 5}, 0}, NormCase{{4, 6}, 0.25}}) {
+    SCOPED_TRACE(label(c) + " vs finite differences");
+    const Tensors in = gemma_norm_inputs(c, at::kDouble);
+    Tensors upstream = {randn(c.shape, at::kDouble)};
+    if (c.scale != 0) upstream.push_back(randn(c.shape, at::kDouble));
+    const Tensors a = leaves(in);
+    expect_grads_close(grads_of(fused_gemma_norm(a, c.scale), upstream, a),
+                       finite_differences([&](const Tensors& x) { return exact_gemma_norm(x, c.scale); }, in, upstream),
+                       kTolerance, "vs finite differences");
+  }
+}
+
+// In bf16 the reference rounds where autograd does (nothing before the input
+// gradient's cast in Gemma's fp32 chain); its sums run in another order.
+TEST(FusedGemmaRmsNorm, Bf16GradientsAsAccurateAsAutogradsOwn) {
+  at::manual_seed(23);
+  for (const NormCase& c : {NormCase{{64, 256}, 0}, NormCase{{64, 256}, 1}, NormCase{{33, 200}, 0.25}}) {
+    SCOPED_TRACE(label(c));
+    const Tensors in = gemma_norm_inputs(c, at::kBFloat16);
+    Tensors upstream = {randn(c.shape, at::kBFloat16)};
+    if (c.scale != 0) upstream.insert(upstream.begin(), randn(c.shape, at::kBFloat16));
+    Tensors in64, up64;
+    for (const auto& t : in) in64.push_back(t.to(at::kDouble));
+    for (const auto& t : upstream) up64.push_back(t.to(at::kDouble));
+    const Tensors a = leaves(in), b = leaves(in), e = leaves(in64);
+    const Tensors ours = grads_of(fused_gemma_norm(a, c.scale), upstream, a);
+    const Tensors autograd = grads_of(model_gemma_norm(b, c.scale), upstream, b);
+    const Tensors exact = grads_of(exact_gemma_norm(e, c.scale), up64, e);
+    for (size_t i = 0; i < ours.size(); ++i) {
+      EXPECT_EQ(ours[i].scalar_type(), at::kBFloat16);
+      const double o = rel_err(ours[i], exact[i]), r = rel_err(autograd[i], exact[i]);
+      EXPECT_LE(o, 1.5 * r + 0.1 / 256) << "gradient " << i << ": ours " << o << ", autograd " << r;
+    }
+  }
+}
+
+TEST(FusedGeglu, ReferenceEqualsGeluTanhTimesUpBitForBitForwardAndBackward) {
+  at::manual_seed(24);
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    for (const std::vector<int64_t>& shape : {std::vector<int64_t>{1, 8}, {13, 24}, {2, 3, 11}}) {
+      SCOPED_TRACE(std::to_string(shape.back()) + " " + c10::toString(dtype));
+      const Tensors in = {randn(shape, dtype, 2.0), randn(shape, dtype)};
+      const Tensors up = {randn(shape, dtype)};
+      const Tensors a = leaves(in), b = leaves(in);
+      const at::Tensor got = fused_geglu(a[0], a[1], kRef), want = at::gelu(b[0], "tanh") * b[1];
+      EXPECT_TRUE(at::equal(got, want));
+      expect_grads_equal(grads_of({got}, up, a), grads_of({want}, up, b), "vs autograd");
+      // The halves of one [.., 2I] projection, against the composition on its views.
+      const int64_t I = shape.back();
+      const Tensors p = leaves({at::cat({in[0], in[1]}, -1)}), q = leaves({p[0]});
+      const at::Tensor packed = fused_geglu_packed(p[0], kRef);
+      const at::Tensor on_views = at::gelu(q[0].narrow(-1, 0, I), "tanh") * q[0].narrow(-1, I, I);
+      EXPECT_TRUE(at::equal(packed, on_views));
+      expect_grads_equal(grads_of({packed}, up, p), grads_of({on_views}, up, q), "packed vs autograd");
+    }
+  }
+  const Tensors in = {2.0 * at::randn({4, 6}, at::kDouble), at::randn({4, 6}, at::kDouble)};
+  const Tensors up = {at::randn({4, 6}, at::kDouble)};
+  const Tensors a = leaves(in);
+  expect_grads_close(grads_of({fused_geglu(a[0], a[1], kRef)}, up, a),
+                     finite_differences([](const Tensors& x) { return Tensors{fused_geglu(x[0], x[1], kRef)}; }, in, up),
+                     kTolerance, "vs finite differences");
+}
+
+// Over a set without the kernels GemmaOps is the ATen composition, as before.
+TEST(GemmaOps, OverAtenOpsIsTheComposition) {
+  at::manual_seed(25);
+  const GemmaOps ops(std::make_shared<AtenOps>(attention::Backend::kReference, nullptr));
+  EXPECT_FALSE(ops.fused_kernels());
+  const at::Tensor x = randn({5, 24}, at::kBFloat16), u = randn({5, 24}, at::kBFloat16);
+  const at::Tensor w = randn({24}, at::kBFloat16, 0.3), gate_up = randn({5, 48}, at::kBFloat16, 2.0);
+  EXPECT_TRUE(at::equal(ops.norm(x, w, kEps), gemma_rms_norm(x, w, kEps)));
+  const AddRmsNormOutput o = ops.add_norm(x, u, w, kEps, 1.0);
+  EXPECT_TRUE(at::equal(o.sum, x + u) && at::equal(o.normed, gemma_rms_norm(x + u, w, kEps)));
+  const at::Tensor gate = gate_up.narrow(1, 0, 24), upv = gate_up.narrow(1, 24, 24);
+  EXPECT_TRUE(at::equal(ops.gated_activation(gate, upv), at::gelu(gate, "tanh") * upv));
+  EXPECT_TRUE(at::equal(ops.gated_activation_packed(gate_up), at::gelu(gate, "tanh") * upv));
+}
+
 // ---- a decoder layer written with the fused ops ---------------------------------------
 
 struct LayerWeights {
@@ -499,6 +644,8 @@ TEST(FusedOps, PathsOnTheCpu) {
   EXPECT_TRUE(at::equal(fused_rms_norm(x, w, kEps), rms_norm(x, w, kEps)));
   expect_invalid([&] { fused_rms_norm(x, w, kEps, FusedPath::kCuda); }, "the tensors are on cpu");
   expect_invalid([&] { fused_swiglu(x, x, FusedPath::kCuda); }, "CUDA path does not apply");
+  expect_invalid([&] { fused_gemma_rms_norm(x, w, kEps, FusedPath::kCuda); }, "fused_gemma_rms_norm: the CUDA path");
+  expect_invalid([&] { fused_geglu(x, x, FusedPath::kCuda); }, "fused_geglu: the CUDA path");
   std::printf("fused ops: CUDA kernels %s in this build\n", fused_cuda_kernels_built() ? "are" : "are not");
 }
 
@@ -513,6 +660,9 @@ TEST(FusedOps, BadArgumentsAreClearErrors) {
   expect_invalid([&] { fused_rotary(at::randn({4, 2, 7}), at::randn({4, 2, 7}), t); }, "head_dim must be even");
   expect_invalid([&] { fused_swiglu(x, at::randn({4, 9})); }, "one shape");
   expect_invalid([&] { fused_swiglu_packed(at::randn({4, 7})); }, "[..., 2I]");
+  expect_invalid([&] { fused_add_gemma_rms_norm(x, at::randn({4, 7}), at::ones({8}), kEps); },
+                 "fused_add_gemma_rms_norm: update must have");
+  expect_invalid([&] { fused_geglu_packed(at::randn({4, 7})); }, "fused_geglu_packed: gate_up must be");
 }
 
 }  // namespace

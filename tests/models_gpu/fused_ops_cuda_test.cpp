@@ -16,10 +16,20 @@
 // register-cached and the looped RMSNorm kernels, 16-byte vectors and single
 // elements), head_dim 64/128 and one with head_dim/2 odd, strided q/k, the
 // packed gate/up layout. The weight gradient is bitwise repeatable.
-// Last, a timing printout for the Llama-3.2-1B shape (T = 16384, hidden 2048,
-// intermediate 8192, 32 q heads, 8 kv heads, head_dim 64, bf16): forward +
-// backward of each op, fused against the model's ATen operations.
+// Gemma's variants (RMSNorm with (1 + w) in fp32, GELU-tanh gating) against
+// the ATen composition itself (models/gemma_ops.cpp: gemma_rms_norm, the
+// residual add before it, gelu(gate, 'tanh') * up) under autograd, by the same
+// criteria (GELU-tanh's outputs within 2 units in the last place: tanhf's
+// contraction into FMAs may differ from ATen's build); GemmaOps over
+// FusedCudaOps runs them, over AtenOps the composition.
+// Last, timing printouts for the Llama-3.2-1B shape (T = 16384, hidden 2048,
+// intermediate 8192, 32 q heads, 8 kv heads, head_dim 64, bf16) and Gemma 2
+// 2B's (hidden 2304, intermediate 9216): forward + backward of each op, fused
+// against the model's ATen operations.
+#include "models/aten_ops.h"
+#include "models/fused_cuda_ops.h"
 #include "models/fused_ops.h"
+#include "models/gemma_ops.h"
 #include "models/rms_norm.h"
 #include "models/rope.h"
 #include "tests/models/model_test_util.h"
@@ -195,18 +205,80 @@ TEST(FusedRmsNormCuda, MatchesTheReferenceForwardAndBackward) {
   worst.print("fused_rms_norm");
 }
 
+// ---- Gemma's RMSNorm: (1 + w) in fp32, one rounding ----------------------------------
+
+Tensors gemma_norm_op(const Tensors& in, double scale, FusedPath path) {
+  if (scale == 0) return {fused_gemma_rms_norm(in[0], in[1], kEps, path)};
+  const AddRmsNormOutput o = fused_add_gemma_rms_norm(in[0], in[1], in[2], kEps, scale, path);
+  return {o.sum, o.normed};
+}
+
+// The ATen composition GemmaOps runs without the kernels (add_then_norm's residual add).
+Tensors aten_gemma_norm(const Tensors& in, double scale) {
+  if (scale == 0) return {gemma_rms_norm(in[0], in[1], kEps)};
+  const at::Tensor sum = residual_add(in[0], in[1], scale);
+  return {sum, gemma_rms_norm(sum, in[2], kEps)};
+}
+
+Tensors exact_gemma_norm(const Tensors& in, double scale) {
+  auto norm = [](const at::Tensor& s, const at::Tensor& w) {
+    return s * at::rsqrt(s.pow(2).mean(-1, /*keepdim=*/true) + kEps) * (1.0 + w);
+  };
+  if (scale == 0) return {norm(in[0], in[1])};
+  const at::Tensor sum = in[0] + in[1] * scale;
+  return {sum, norm(sum, in[2])};
+}
+
+TEST(FusedGemmaRmsNormCuda, MatchesTheAtenCompositionForwardAndBackward) {
+  REQUIRE_FUSED_KERNELS();
+  Worst worst;
+  at::manual_seed(6);
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    for (const NormShape& s : kNormShapes) {
+      for (double scale : {0.0, 1.0, 0.22}) {
+        const std::string label = std::string(dtype_name(dtype)) + " T " + std::to_string(s.T) + " H " +
+                                  std::to_string(s.H) + (scale == 0 ? " plain" : " add, scale " + std::to_string(scale));
+        SCOPED_TRACE(label);
+        Tensors in{randn({s.T, s.H}, dtype)};
+        if (scale != 0) in.push_back(randn({s.T, s.H}, dtype, 0.7));
+        in.push_back(randn({s.H}, dtype, 0.3));  // Gemma's weights sit around 0: the factor is 1 + w
+        std::vector<Tensors> upstreams = {{randn({s.T, s.H}, dtype)}};
+        if (scale != 0) {
+          upstreams = {{randn({s.T, s.H}, dtype), randn({s.T, s.H}, dtype)}, {at::Tensor(), randn({s.T, s.H}, dtype)}};
+        }
+        for (const Tensors& up : upstreams) {
+          const Tensors a = leaves(in), b = leaves(in), e = leaves(to_double(in));
+          const Tensors fo = gemma_norm_op(a, scale, FusedPath::kCuda), ao = aten_gemma_norm(b, scale);
+          const Tensors eo = exact_gemma_norm(e, scale);
+          EXPECT_TRUE(at::equal(gemma_norm_op(in, scale, FusedPath::kReference).back(), ao.back().detach()))
+              << "the reference path is the composition";
+          if (scale != 0) EXPECT_TRUE(at::equal(fo[0], ao[0])) << "the residual sum";
+          judge(fo, ao, eo, dtype, "output", worst, /*max_output_ulps=*/2);
+          judge(grads_of(fo, up, a), grads_of(ao, up, b), grads_of(eo, to_double(up), e), dtype, "gradient", worst);
+        }
+      }
+    }
+  }
+  worst.print("fused_gemma_rms_norm");
+}
+
 TEST(FusedRmsNormCuda, WeightGradientIsBitwiseRepeatable) {
   REQUIRE_FUSED_KERNELS();
   at::manual_seed(2);
-  for (int64_t H : {int64_t{2048}, int64_t{12288}}) {
-    const Tensors in = {randn({3000, H}, at::kBFloat16), randn({3000, H}, at::kBFloat16), randn({H}, at::kBFloat16)};
-    const Tensors up = {randn({3000, H}, at::kBFloat16), randn({3000, H}, at::kBFloat16)};
-    Tensors first;
-    for (int run = 0; run < 3; ++run) {
-      const Tensors a = leaves(in);
-      const Tensors g = grads_of(norm_op(a, 1.0, FusedPath::kCuda), up, a);
-      if (run == 0) first = g;
-      for (size_t i = 0; i < g.size(); ++i) EXPECT_TRUE(at::equal(g[i], first[i])) << "H " << H << " gradient " << i;
+  for (bool gemma : {false, true}) {
+    for (int64_t H : {int64_t{2048}, int64_t{12288}}) {
+      const Tensors in = {randn({3000, H}, at::kBFloat16), randn({3000, H}, at::kBFloat16), randn({H}, at::kBFloat16)};
+      const Tensors up = {randn({3000, H}, at::kBFloat16), randn({3000, H}, at::kBFloat16)};
+      Tensors first;
+      for (int run = 0; run < 3; ++run) {
+        const Tensors a = leaves(in);
+        const Tensors out = gemma ? gemma_norm_op(a, 1.0, FusedPath::kCuda) : norm_op(a, 1.0, FusedPath::kCuda);
+        const Tensors g = grads_of(out, up, a);
+        if (run == 0) first = g;
+        for (size_t i = 0; i < g.size(); ++i) {
+          EXPECT_TRUE(at::equal(g[i], first[i])) << (gemma ? "gemma " : "") << "H " << H << " gradient " << i;
+        }
+      }
     }
   }
 }
@@ -294,6 +366,75 @@ TEST(FusedSwigluCuda, MatchesTheReferenceForwardAndBackward) {
     }
   }
   worst.print("fused_swiglu");
+}
+
+// ---- GELU-tanh gating (Gemma) ------------------------------------------------------------
+
+TEST(FusedGegluCuda, MatchesTheAtenCompositionForwardAndBackward) {
+  REQUIRE_FUSED_KERNELS();
+  Worst worst;
+  at::manual_seed(7);
+  const struct {
+    int64_t T, I;
+  } shapes[] = {{1, 9216}, {777, 8192}, {2049, 9216}, {129, 1000}, {33, 13}, {5, 7}};
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    for (const auto& s : shapes) {
+      for (bool packed : {false, true}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " T " + std::to_string(s.T) + " I " + std::to_string(s.I) +
+                     (packed ? " packed" : " separate"));
+        // Packed: gate and up are the strided halves of one [T, 2I] gate_up projection.
+        const Tensors in = packed ? Tensors{randn({s.T, 2 * s.I}, dtype, 2.0)}
+                                  : Tensors{randn({s.T, s.I}, dtype, 2.0), randn({s.T, s.I}, dtype)};
+        const Tensors up = {randn({s.T, s.I}, dtype)};
+        auto halves = [&](const Tensors& x) -> Tensors {
+          if (!packed) return x;
+          return {x[0].narrow(-1, 0, s.I), x[0].narrow(-1, s.I, s.I)};
+        };
+        auto composition = [&](const Tensors& x) {  // GemmaOps' ATen gating (on the halves' views)
+          const Tensors h = halves(x);
+          return at::gelu(h[0], "tanh") * h[1];
+        };
+        auto fused = [&](const Tensors& x) {
+          return packed ? fused_geglu_packed(x[0], FusedPath::kCuda) : fused_geglu(x[0], x[1], FusedPath::kCuda);
+        };
+        const Tensors a = leaves(in), b = leaves(in), e = leaves(to_double(in));
+        const Tensors fo = {fused(a)}, ao = {composition(b)}, eo = {composition(e)};
+        const at::Tensor ref = packed ? fused_geglu_packed(in[0], FusedPath::kReference)
+                                      : fused_geglu(in[0], in[1], FusedPath::kReference);
+        EXPECT_TRUE(at::equal(ref, ao[0].detach())) << "the reference path is the composition";
+        judge(fo, ao, eo, dtype, "output", worst, /*max_output_ulps=*/2);
+        judge(grads_of(fo, up, a), grads_of(ao, up, b), grads_of(eo, to_double(up), e), dtype, "gradient", worst);
+      }
+    }
+  }
+  worst.print("fused_geglu");
+}
+
+// GemmaOps takes the kernels' variants over the fused set (bit for bit the
+// fused ops), the ATen composition over AtenOps.
+TEST(GemmaOpsCuda, OverTheFusedSetRunsTheKernels) {
+  REQUIRE_FUSED_KERNELS();
+  at::manual_seed(8);
+  const auto backend = attention::Backend::kReference;
+  const GemmaOps fused(std::make_shared<FusedCudaOps>(backend, nullptr));
+  const GemmaOps aten(std::make_shared<AtenOps>(backend, nullptr));
+  EXPECT_TRUE(fused.fused_kernels());
+  EXPECT_FALSE(aten.fused_kernels());
+  const at::ScalarType bf16 = at::kBFloat16;
+  const at::Tensor x = randn({37, 2304}, bf16), u = randn({37, 2304}, bf16), w = randn({2304}, bf16, 0.3);
+  const at::Tensor gate_up = randn({37, 2 * 9216}, bf16, 2.0);
+  const at::Tensor gate = gate_up.narrow(1, 0, 9216), upv = gate_up.narrow(1, 9216, 9216);
+  EXPECT_TRUE(at::equal(fused.norm(x, w, kEps), fused_gemma_rms_norm(x, w, kEps, FusedPath::kCuda)));
+  EXPECT_TRUE(at::equal(aten.norm(x, w, kEps), gemma_rms_norm(x, w, kEps)));
+  const AddRmsNormOutput f = fused.add_norm(x, u, w, kEps, 1.0);
+  const AddRmsNormOutput k = fused_add_gemma_rms_norm(x, u, w, kEps, 1.0, FusedPath::kCuda);
+  EXPECT_TRUE(at::equal(f.sum, k.sum) && at::equal(f.normed, k.normed));
+  const AddRmsNormOutput r = aten.add_norm(x, u, w, kEps, 1.0);
+  EXPECT_TRUE(at::equal(r.normed, gemma_rms_norm(x + u, w, kEps)));
+  EXPECT_TRUE(at::equal(fused.gated_activation(gate, upv), fused_geglu(gate, upv, FusedPath::kCuda)));
+  EXPECT_TRUE(at::equal(fused.gated_activation_packed(gate_up), fused_geglu_packed(gate_up, FusedPath::kCuda)));
+  EXPECT_TRUE(at::equal(aten.gated_activation(gate, upv), at::gelu(gate, "tanh") * upv));
+  EXPECT_TRUE(at::equal(aten.gated_activation_packed(gate_up), at::gelu(gate, "tanh") * upv));
 }
 
 // ---- time for the Llama-3.2-1B shape ----------------------------------------------------
@@ -419,6 +560,61 @@ TEST(FusedOpsCuda, TimeForTheLlama1BShape) {
   const double fused_step = layers * fused_layer + rows[0].fused.ms, model_step = layers * model_layer + rows[0].model.ms;
   std::printf("  per step (%lld layers + final norm): fused %.1f ms, model ATen ops %.1f ms, saved %.1f ms\n",
               static_cast<long long>(layers), fused_step, model_step, model_step - fused_step);
+}
+
+// Gemma 2 2B's shape: hidden 2304, intermediate 9216; a layer has three plain
+// norms (input, post-attention, post-MLP), one residual add + norm and one gating.
+TEST(FusedOpsCuda, TimeForTheGemma2_2BShape) {
+  REQUIRE_FUSED_KERNELS();
+  const int64_t T = 16384, H = 2304, I = 9216;
+  const at::ScalarType bf16 = at::kBFloat16;
+  at::manual_seed(9);
+  const at::Tensor x = randn({T, H}, bf16), r = randn({T, H}, bf16), w = randn({H}, bf16, 0.3);
+  const at::Tensor gy = randn({T, H}, bf16), gs = randn({T, H}, bf16);
+  const at::Tensor gate = randn({T, I}, bf16, 2.0), upv = randn({T, I}, bf16), gout = randn({T, I}, bf16);
+  auto norm = [&](bool fused) {
+    return [&, fused]() -> std::pair<Tensors, Tensors> {
+      const Tensors in = fresh_leaves({x, w});
+      return {{fused ? fused_gemma_rms_norm(in[0], in[1], kEps, FusedPath::kCuda) : gemma_rms_norm(in[0], in[1], kEps)},
+              in};
+    };
+  };
+  auto add_norm = [&](bool fused) {
+    return [&, fused]() -> std::pair<Tensors, Tensors> {
+      const Tensors in = fresh_leaves({x, r, w});
+      if (fused) {
+        const AddRmsNormOutput o = fused_add_gemma_rms_norm(in[0], in[1], in[2], kEps, 1.0, FusedPath::kCuda);
+        return {{o.sum, o.normed}, in};
+      }
+      const at::Tensor sum = in[0] + in[1];
+      return {{sum, gemma_rms_norm(sum, in[2], kEps)}, in};
+    };
+  };
+  auto geglu = [&](bool fused) {
+    return [&, fused]() -> std::pair<Tensors, Tensors> {
+      const Tensors in = fresh_leaves({gate, upv});
+      return {{fused ? fused_geglu(in[0], in[1], FusedPath::kCuda) : at::gelu(in[0], "tanh") * in[1]}, in};
+    };
+  };
+  const struct {
+    const char* op;
+    Timing fused, model;
+    int per_layer;
+  } rows[] = {{"gemma rms_norm", time_op(norm(true), {gy}), time_op(norm(false), {gy}), 3},
+              {"residual add + gemma norm", time_op(add_norm(true), {gs, gy}), time_op(add_norm(false), {gs, gy}), 1},
+              {"geglu (gelu tanh)", time_op(geglu(true), {gout}), time_op(geglu(false), {gout}), 1}};
+  std::printf("[fused ops cuda] Gemma forms, forward + backward, T %lld, hidden %lld, intermediate %lld, bf16\n",
+              static_cast<long long>(T), static_cast<long long>(H), static_cast<long long>(I));
+  double fused_layer = 0, model_layer = 0;
+  for (const auto& row : rows) {
+    std::printf("  %-26s fused %7.3f ms %7.1f MiB | model ATen ops %7.3f ms %7.1f MiB | speedup %.2fx\n", row.op,
+                row.fused.ms, row.fused.held_mib, row.model.ms, row.model.held_mib, row.model.ms / row.fused.ms);
+    fused_layer += row.per_layer * row.fused.ms;
+    model_layer += row.per_layer * row.model.ms;
+    EXPECT_GT(row.fused.ms, 0.0);
+  }
+  std::printf("  per layer: fused %.2f ms, model ATen ops %.2f ms (26 layers: saved %.1f ms per step)\n", fused_layer,
+              model_layer, 26 * (model_layer - fused_layer));
 }
 
 }  // namespace
