@@ -135,11 +135,14 @@ LoadedModel open_model(const TrainConfig& config, const at::Device& device, cons
       for (const auto& [name, t] : m.adapter->tensors()) t.requires_grad_(true);
   }
   set_model_ops(m, config, device, nullptr, /*dropout_active=*/trainable);
-  if (m.config.gemma)  // where its own norm and gating run; soft-capped scores only the reference computes
+  if (m.config.gemma)  // where its own norm, gating and soft-capped scores run
     log::info(std::string("Gemma: its RMSNorm ((1 + w) in fp32) and GELU-tanh gating run ") +
               (m.model->ops()->fused_kernels() ? "in the fused kernels' Gemma variants"
                                                : "in ATen (the fused kernels are off or not for this device)") +
-              (m.config.attn_logit_softcap > 0 ? "; soft-capped attention on the reference backend" : ""));
+              (m.config.attn_logit_softcap > 0 && m.backend == attention::Backend::kReference
+                   ? "; soft-capped attention on the reference backend (our kernels take head_dim 64 and 128, "
+                     "this model " + std::to_string(m.config.head_dim) + ")"
+                   : ""));
   const bool random_blocks = trainable && m.adapter && m.adapter->settings().dropout > 0;
   m.checkpointing = set_activation_checkpointing(*m.model, config.model.activation_checkpointing,
                                                  trainable ? m.trained() : NamedTensors{}, random_blocks);
