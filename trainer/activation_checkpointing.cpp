@@ -79,31 +79,63 @@ struct RecomputeLayer : torch::autograd::Function<RecomputeLayer> {
 
 }  // namespace
 
-AutoCheckpointing::AutoCheckpointing(int64_t layers, int64_t hidden, int64_t q, int64_t kv, int64_t intermediate,
-                                     int64_t dtype_bytes, int64_t free_bytes)
-    : free_(free_bytes) {
-  const double b = static_cast<double>(dtype_bytes), L = static_cast<double>(layers);
-  const double attention = b * static_cast<double>(3 * hidden + 3 * q + 4 * kv);
-  const double mlp = b * static_cast<double>(2 * hidden + 3 * intermediate);
-  const double budget = (static_cast<double>(free_bytes) - 2.0 * (1 << 30)) / 1.2;
-  auto max_tokens = [&](double per_token) { return budget > 0 ? static_cast<int64_t>(budget / per_token) : 0; };
-  none_max_ = max_tokens(L * (attention + mlp));
-  selective_max_ = max_tokens(L * (attention + b * static_cast<double>(hidden)));
+AutoCheckpointing::AutoCheckpointing(const ActivationShape& m, int64_t free_bytes) : free_(free_bytes) {
+  const double b = static_cast<double>(m.dtype_bytes), extra = static_cast<double>(m.extra_per_token);
+  const double attention = b * static_cast<double>(3 * m.hidden + 3 * m.q + 4 * m.kv);
+  const double mlp = b * static_cast<double>(2 * m.hidden + 3 * m.intermediate);
+  layers_ = static_cast<double>(m.layers);
+  budget_ = (static_cast<double>(free_bytes) - 2.0 * (1 << 30)) / 1.2;
+  none_per_token_ = layers_ * (attention + mlp + extra);
+  selective_per_token_ = layers_ * (attention + b * static_cast<double>(m.hidden) + extra);
+  score_bytes_ = static_cast<double>(m.score_bytes);
+  auto max_tokens = [&](double per_token) { return budget_ > 0 ? static_cast<int64_t>(budget_ / per_token) : 0; };
+  none_max_ = max_tokens(none_per_token_);
+  selective_max_ = max_tokens(selective_per_token_);
 }
 
-Checkpointing AutoCheckpointing::choose(int64_t tokens) const {
-  if (tokens <= none_max_) return Checkpointing::none();
-  if (tokens <= selective_max_) return Checkpointing::selective();
+double AutoCheckpointing::cost(double per_token, int64_t tokens, int64_t scores) const {
+  return per_token * static_cast<double>(tokens) + layers_ * score_bytes_ * static_cast<double>(scores);
+}
+
+Checkpointing AutoCheckpointing::choose(int64_t tokens, int64_t scores) const {
+  if (cost(none_per_token_, tokens, scores) <= budget_) return Checkpointing::none();
+  if (cost(selective_per_token_, tokens, scores) <= budget_) return Checkpointing::selective();
   return Checkpointing::every(1);
 }
 
+ActivationShape activation_shape(const models::ModelConfig& c, at::ScalarType dtype, attention::Backend backend) {
+  ActivationShape m;
+  m.layers = c.num_hidden_layers;
+  m.hidden = c.hidden_size;
+  m.q = c.num_attention_heads * c.head_dim;
+  m.kv = c.num_key_value_heads * c.head_dim;
+  m.intermediate = c.intermediate_size;
+  m.dtype_bytes = static_cast<int64_t>(c10::elementSize(dtype));
+  m.extra_per_token = m.dtype_bytes * ((c.gemma ? 2 * m.hidden : 0) + (c.qk_norm ? m.q + m.kv : 0));
+  if (backend == attention::Backend::kReference) {
+    const int64_t per_head = 4 + m.dtype_bytes + (c.attn_logit_softcap > 0 ? m.dtype_bytes : 0);
+    m.score_bytes = c.num_attention_heads * per_head + 1;
+  }
+  return m;
+}
+
+int64_t attention_scores(const std::vector<int32_t>& cu_seqlens) {
+  int64_t sum = 0;
+  for (size_t i = 1; i < cu_seqlens.size(); ++i) {
+    const int64_t len = cu_seqlens[i] - cu_seqlens[i - 1];
+    sum += len * len;
+  }
+  return sum;
+}
+
 std::string AutoCheckpointing::describe() const {
-  char buf[256];
+  char buf[384];
   std::snprintf(buf, sizeof buf,
                 "activation checkpointing auto: %.1f GiB free after set-up; micro-batches of up to %lld tokens run "
-                "without it, up to %lld with selective (MLPs recomputed), larger ones recompute every layer",
+                "without it, up to %lld with selective (MLPs recomputed), larger ones recompute every layer%s",
                 static_cast<double>(free_) / (1 << 30), static_cast<long long>(none_max_),
-                static_cast<long long>(selective_max_));
+                static_cast<long long>(selective_max_),
+                score_bytes_ > 0 ? " (fewer with long documents: the attention backend keeps its scores)" : "");
   return buf;
 }
 

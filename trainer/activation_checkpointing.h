@@ -40,27 +40,47 @@ at::Tensor recomputed_block(const at::Tensor& hidden, const models::DecoderOps& 
 // layer, b = bytes of the dtype; Q = heads x head_dim, KV = kv heads x head_dim):
 //   attention block  b (3H + 3Q + 4KV)   norm input and output, q k v, rotated q k, output
 //   MLP block        b (2H + 3I)          residual, norm output, gate, up, their product
-//   none             T L (attention + MLP)
-//   selective        T L (attention + b H)        the MLP's input only; the MLP is recomputed
-//   every layer      T L b (2H + Q) + T (attention + MLP)  layer inputs, residuals after the attention
-//                                                         and (hopper) attention outputs; one layer
-//                                                         recomputed at a time
+//   extra            Gemma's norms after attention and MLP: b 2H
+//   scores           a backend that materialises the scores (reference) keeps, per layer,
+//                    score_bytes for each of the S = sum of L_i^2 scores of the micro-batch
+//   none             L (T (attention + MLP + extra) + S scores)
+//   selective        L (T (attention + b H + extra) + S scores)   the MLP's input only; MLP recomputed
+//   every layer      T L b (2H + Q) + T (attention + MLP + extra) + S scores  layer inputs, residuals
+//                                 after the attention and (hopper) attention outputs; one layer
+//                                 recomputed at a time
 // plus 2 GiB for the head (chunked cross-entropy) and workspaces, and 20% for
 // what the estimate misses. The cheapest mode that fits the device memory free
 // after set-up is taken, per micro-batch.
+struct ActivationShape {
+  int64_t layers = 0, hidden = 0, q = 0, kv = 0, intermediate = 0, dtype_bytes = 2;
+  int64_t extra_per_token = 0;  // bytes per token and layer beyond Llama's layer (Gemma's extra norms)
+  int64_t score_bytes = 0;      // bytes kept per attention score (all heads) and layer; 0: flash kernels
+};
+
 class AutoCheckpointing {
  public:
-  AutoCheckpointing(int64_t layers, int64_t hidden, int64_t q, int64_t kv, int64_t intermediate, int64_t dtype_bytes,
-                    int64_t free_bytes);
-  // None, selective or every layer for a micro-batch of `tokens`.
-  Checkpointing choose(int64_t tokens) const;
+  AutoCheckpointing(const ActivationShape& shape, int64_t free_bytes);
+  // None, selective or every layer for a micro-batch of `tokens` whose documents have
+  // `scores` = sum of squared lengths (counted only where score_bytes > 0).
+  Checkpointing choose(int64_t tokens, int64_t scores = 0) const;
   int64_t none_max_tokens() const { return none_max_; }
   int64_t selective_max_tokens() const { return selective_max_; }
   std::string describe() const;
 
  private:
+  double cost(double per_token, int64_t tokens, int64_t scores) const;
   int64_t free_ = 0, none_max_ = 0, selective_max_ = 0;
+  double budget_ = 0, none_per_token_ = 0, selective_per_token_ = 0, score_bytes_ = 0, layers_ = 0;
 };
+
+// The estimate's inputs for a model in `dtype` on `backend`: the reference backend keeps, per
+// score and layer, the fp32 softmax and its dtype copy for every query head (and a soft cap's
+// tanh), and the mask; Gemma's two extra norms and q/k norms (Qwen3, Gemma 3) their outputs.
+ActivationShape activation_shape(const models::ModelConfig& config, at::ScalarType dtype,
+                                 attention::Backend backend);
+
+// The micro-batch's sum of squared document lengths (a materialised attention's scores).
+int64_t attention_scores(const std::vector<int32_t>& cu_seqlens);
 
 // Layer i is checkpointed when every_k > 0 and i % every_k == 0.
 inline bool is_checkpointed_layer(int64_t layer, int64_t every_k) { return every_k > 0 && layer % every_k == 0; }

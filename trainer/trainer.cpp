@@ -223,7 +223,7 @@ StepRecord Run::train_step(const data::TrainStep& ts) {
     if (mb.num_tokens == 0) continue;  // an empty slot at the end of an epoch
     const DeviceBatch b = to_device(mb, device_.device);
     if (auto_checkpointing_) {  // the cheapest recomputation this micro-batch fits with
-      model_.checkpointing->set(auto_checkpointing_->choose(b.num_tokens));
+      model_.checkpointing->set(auto_checkpointing_->choose(b.num_tokens, attention_scores(mb.cu_seqlens)));
     }
     if (remaining == 1) before_last();
     const models::LossOutput out = model_.model->loss(b.input, b.labels, b.labels_host);
@@ -485,10 +485,8 @@ void Run::plan_auto_checkpointing() {
     log::info("activation checkpointing auto: none on the CPU (no device memory to save)");
     return;
   }
-  const models::ModelConfig& mc = model_.config;
-  auto_checkpointing_ = std::make_unique<AutoCheckpointing>(
-      mc.num_hidden_layers, mc.hidden_size, mc.num_attention_heads * mc.head_dim, mc.num_key_value_heads * mc.head_dim,
-      mc.intermediate_size, static_cast<int64_t>(c10::elementSize(model_.dtype)), memory_available(device_.device));
+  auto_checkpointing_ = std::make_unique<AutoCheckpointing>(activation_shape(model_.config, model_.dtype, model_.backend),
+                                                            memory_available(device_.device));
   log::info(auto_checkpointing_->describe());
 }
 

@@ -139,14 +139,40 @@ TEST(TrainActivationCheckpointing, AutoPicksTheCheapestModeThatFits) {
   const Grads automatic = run(Checkpointing::automatic());  // starts as none: the very same computation
   EXPECT_TRUE(at::equal(plain.loss, automatic.loss));
   for (const auto& [name, g] : plain.grads) EXPECT_TRUE(at::equal(g, automatic.grads.at(name))) << name;
-  const AutoCheckpointing a(32, 4096, 4096, 1024, 14336, 2, int64_t{40} << 30);
+  const ActivationShape llama{32, 4096, 4096, 1024, 14336, 2};
+  const AutoCheckpointing a(llama, int64_t{40} << 30);
   EXPECT_GT(a.none_max_tokens(), 0);
   EXPECT_GT(a.selective_max_tokens(), a.none_max_tokens());
   EXPECT_EQ(a.choose(a.none_max_tokens()), Checkpointing::none());
   EXPECT_EQ(a.choose(a.none_max_tokens() + 1), Checkpointing::selective());
   EXPECT_EQ(a.choose(a.selective_max_tokens() + 1), Checkpointing::every(1));
-  EXPECT_EQ(AutoCheckpointing(32, 4096, 4096, 1024, 14336, 2, int64_t{1} << 30).choose(1),
-            Checkpointing::every(1));  // nothing fits
+  EXPECT_EQ(AutoCheckpointing(llama, int64_t{1} << 30).choose(1), Checkpointing::every(1));  // nothing fits
+  // The flash kernels keep no scores: long documents cost what short ones do.
+  EXPECT_EQ(a.choose(a.none_max_tokens(), int64_t{1} << 40), Checkpointing::none());
+}
+
+// A backend that materialises the scores (the reference, Gemma 2's at head_dim 256) keeps
+// sum(L_i^2) of them per layer: long documents move auto to more recomputation at equal tokens.
+TEST(TrainActivationCheckpointing, AutoCountsAMaterialisedAttentionsScores) {
+  models::ModelConfig gemma2 = tiny_config();
+  gemma2.num_hidden_layers = 42;
+  gemma2.hidden_size = 3584;
+  gemma2.num_attention_heads = 16;
+  gemma2.num_key_value_heads = 8;
+  gemma2.head_dim = 256;
+  gemma2.intermediate_size = 14336;
+  gemma2.gemma = true;
+  gemma2.attn_logit_softcap = 50.0;
+  const ActivationShape flash = activation_shape(gemma2, at::kBFloat16, attention::Backend::kTorchFA2);
+  const ActivationShape ref = activation_shape(gemma2, at::kBFloat16, attention::Backend::kReference);
+  EXPECT_EQ(flash.score_bytes, 0);
+  EXPECT_EQ(ref.score_bytes, 16 * (4 + 2 + 2) + 1);  // fp32 softmax, its bf16 copy, the tanh; the mask
+  EXPECT_EQ(ref.extra_per_token, 2 * 2 * 3584);       // the norms after attention and MLP
+  const AutoCheckpointing a(ref, int64_t{19} << 29);  // 9.5 GiB free, as a 9B leaves on an 80 GB card
+  EXPECT_EQ(a.choose(1500, 0), Checkpointing::selective());
+  EXPECT_EQ(a.choose(1500, 4 * 375 * 375), Checkpointing::every(1));  // four documents of 375
+  EXPECT_EQ(a.choose(1500, 1500), Checkpointing::selective());         // 1500 one-token documents
+  EXPECT_EQ(attention_scores({0, 3, 3, 7}), 9 + 0 + 16);
 }
 
 TEST(TrainActivationCheckpointing, NoGradForwardIsUnaffected) {
