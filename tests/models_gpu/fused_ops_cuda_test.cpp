@@ -402,7 +402,8 @@ TEST(FusedGegluCuda, MatchesTheAtenCompositionForwardAndBackward) {
         const at::Tensor ref = packed ? fused_geglu_packed(in[0], FusedPath::kReference)
                                       : fused_geglu(in[0], in[1], FusedPath::kReference);
         EXPECT_TRUE(at::equal(ref, ao[0].detach())) << "the reference path is the composition";
-        judge(fo, ao, eo, dtype, "output", worst, /*max_output_ulps=*/2);
+        // 1 as SwiGLU's (measured 0 on an H100, 2026-11-26).
+        judge(fo, ao, eo, dtype, "output", worst, /*max_output_ulps=*/1);
         judge(grads_of(fo, up, a), grads_of(ao, up, b), grads_of(eo, to_double(up), e), dtype, "gradient", worst);
       }
     }
