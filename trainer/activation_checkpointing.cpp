@@ -79,28 +79,42 @@ struct RecomputeLayer : torch::autograd::Function<RecomputeLayer> {
 
 }  // namespace
 
-AutoCheckpointing::AutoCheckpointing(const ActivationShape& m, int64_t free_bytes) : free_(free_bytes) {
+AutoCheckpointing::AutoCheckpointing(const ActivationShape& m, int64_t free_bytes)
+    : free_(free_bytes), layers_(m.layers) {
   const double b = static_cast<double>(m.dtype_bytes), extra = static_cast<double>(m.extra_per_token);
   const double attention = b * static_cast<double>(3 * m.hidden + 3 * m.q + 4 * m.kv);
   const double mlp = b * static_cast<double>(2 * m.hidden + 3 * m.intermediate);
-  layers_ = static_cast<double>(m.layers);
+  none_ = attention + mlp + extra;
+  selective_ = attention + b * static_cast<double>(m.hidden) + extra;
+  recomputed_ = b * static_cast<double>(2 * m.hidden + m.q);
   budget_ = (static_cast<double>(free_bytes) - 2.0 * (1 << 30)) / 1.2;
-  none_per_token_ = layers_ * (attention + mlp + extra);
-  selective_per_token_ = layers_ * (attention + b * static_cast<double>(m.hidden) + extra);
   score_bytes_ = static_cast<double>(m.score_bytes);
+  const double L = static_cast<double>(layers_);
   auto max_tokens = [&](double per_token) { return budget_ > 0 ? static_cast<int64_t>(budget_ / per_token) : 0; };
-  none_max_ = max_tokens(none_per_token_);
-  selective_max_ = max_tokens(selective_per_token_);
+  none_max_ = max_tokens(L * none_);
+  selective_max_ = max_tokens(L * selective_);
 }
 
-double AutoCheckpointing::cost(double per_token, int64_t tokens, int64_t scores) const {
-  return per_token * static_cast<double>(tokens) + layers_ * score_bytes_ * static_cast<double>(scores);
+// Kept bytes of a plan: each layer's share, the scores of the layers not recomputed
+// whole, and while a whole layer is recomputed in the backward its full activations.
+double AutoCheckpointing::cost(const LayerPlan& p, int64_t tokens, int64_t scores) const {
+  const double T = static_cast<double>(tokens), S = static_cast<double>(scores) * score_bytes_;
+  const double plain = static_cast<double>(layers_ - p.recomputed - p.selective);
+  double bytes = T * (static_cast<double>(p.recomputed) * recomputed_ + static_cast<double>(p.selective) * selective_ +
+                      plain * none_);
+  bytes += static_cast<double>(layers_ - p.recomputed) * S;
+  if (p.recomputed > 0) bytes += T * none_ + S;
+  return bytes;
 }
 
-Checkpointing AutoCheckpointing::choose(int64_t tokens, int64_t scores) const {
-  if (cost(none_per_token_, tokens, scores) <= budget_) return Checkpointing::none();
-  if (cost(selective_per_token_, tokens, scores) <= budget_) return Checkpointing::selective();
-  return Checkpointing::every(1);
+// Candidates from fastest to slowest: MLPs recomputed in 0..L layers, then whole layers
+// 1..L with every other layer's MLP recomputed; the first that fits.
+LayerPlan AutoCheckpointing::plan(int64_t tokens, int64_t scores) const {
+  for (int64_t s = 0; s <= layers_; ++s)
+    if (cost({0, s}, tokens, scores) <= budget_) return {0, s};
+  for (int64_t r = 1; r < layers_; ++r)
+    if (cost({r, layers_ - r}, tokens, scores) <= budget_) return {r, layers_ - r};
+  return {layers_, 0};
 }
 
 ActivationShape activation_shape(const models::ModelConfig& c, at::ScalarType dtype, attention::Backend backend) {
@@ -132,7 +146,8 @@ std::string AutoCheckpointing::describe() const {
   char buf[384];
   std::snprintf(buf, sizeof buf,
                 "activation checkpointing auto: %.1f GiB free after set-up; micro-batches of up to %lld tokens run "
-                "without it, up to %lld with selective (MLPs recomputed), larger ones recompute every layer%s",
+                "without it, up to %lld with the MLPs of as few layers recomputed as fit, larger ones recompute "
+                "as few whole layers as fit%s",
                 static_cast<double>(free_) / (1 << 30), static_cast<long long>(none_max_),
                 static_cast<long long>(selective_max_),
                 score_bytes_ > 0 ? " (fewer with long documents: the attention backend keeps its scores)" : "");

@@ -49,28 +49,39 @@ at::Tensor recomputed_block(const at::Tensor& hidden, const models::DecoderOps& 
 //                                 after the attention and (hopper) attention outputs; one layer
 //                                 recomputed at a time
 // plus 2 GiB for the head (chunked cross-entropy) and workspaces, and 20% for
-// what the estimate misses. The cheapest mode that fits the device memory free
-// after set-up is taken, per micro-batch.
+// what the estimate misses. Per micro-batch, layer by layer, the cheapest plan that
+// fits the device memory free after set-up: no recomputation; else the MLPs of as
+// few layers as fit (selective on those); else every MLP and as few whole layers
+// as fit; else every layer.
 struct ActivationShape {
   int64_t layers = 0, hidden = 0, q = 0, kv = 0, intermediate = 0, dtype_bytes = 2;
   int64_t extra_per_token = 0;  // bytes per token and layer beyond Llama's layer (Gemma's extra norms)
   int64_t score_bytes = 0;      // bytes kept per attention score (all heads) and layer; 0: flash kernels
 };
 
+// What auto recomputes for one micro-batch: layers [0, recomputed) whole, the MLPs of
+// the next `selective` layers, nothing in the rest.
+struct LayerPlan {
+  int64_t recomputed = 0, selective = 0;
+  bool operator==(const LayerPlan& o) const { return recomputed == o.recomputed && selective == o.selective; }
+};
+
 class AutoCheckpointing {
  public:
   AutoCheckpointing(const ActivationShape& shape, int64_t free_bytes);
-  // None, selective or every layer for a micro-batch of `tokens` whose documents have
-  // `scores` = sum of squared lengths (counted only where score_bytes > 0).
-  Checkpointing choose(int64_t tokens, int64_t scores = 0) const;
+  // The plan for a micro-batch of `tokens` whose documents have `scores` = sum of
+  // squared lengths (counted only where score_bytes > 0).
+  LayerPlan plan(int64_t tokens, int64_t scores = 0) const;
   int64_t none_max_tokens() const { return none_max_; }
   int64_t selective_max_tokens() const { return selective_max_; }
   std::string describe() const;
 
  private:
-  double cost(double per_token, int64_t tokens, int64_t scores) const;
-  int64_t free_ = 0, none_max_ = 0, selective_max_ = 0;
-  double budget_ = 0, none_per_token_ = 0, selective_per_token_ = 0, score_bytes_ = 0, layers_ = 0;
+  double cost(const LayerPlan& p, int64_t tokens, int64_t scores) const;
+  int64_t free_ = 0, none_max_ = 0, selective_max_ = 0, layers_ = 0;
+  // Bytes per token and layer kept by a plain, a selective and a recomputed layer.
+  double none_ = 0, selective_ = 0, recomputed_ = 0;
+  double budget_ = 0, score_bytes_ = 0;
 };
 
 // The estimate's inputs for a model in `dtype` on `backend`: the reference backend keeps, per

@@ -227,6 +227,23 @@ data::DataOptions make_data_options(const TrainConfig& c, bool eval, int rank, i
 void CheckpointSwitch::set(const Checkpointing& setting) {
   every_k = setting.mode == Checkpointing::Mode::kEveryK ? setting.every_k : 0;
   selective = setting.mode == Checkpointing::Mode::kSelective;
+  recomputed = 0;
+  mlps = 0;
+}
+
+bool CheckpointSwitch::whole_layer(int64_t layer) const {
+  return is_checkpointed_layer(layer, every_k) || layer < recomputed;
+}
+
+bool CheckpointSwitch::mlp_only(int64_t layer) const {
+  return !whole_layer(layer) && (selective || layer < recomputed + mlps);
+}
+
+void CheckpointSwitch::set_plan(int64_t recomputed_layers, int64_t mlp_layers) {
+  every_k = 0;
+  selective = false;
+  recomputed = recomputed_layers;
+  mlps = mlp_layers;
 }
 
 std::shared_ptr<CheckpointSwitch> set_activation_checkpointing(models::CausalLM& model, const Checkpointing& setting,
@@ -251,7 +268,7 @@ std::shared_ptr<CheckpointSwitch> set_activation_checkpointing(models::CausalLM&
                                                              const models::DecoderOps& ops,
                                                              const models::CausalLM::BlockFn& run) {
     const auto& params = layer_params[static_cast<size_t>(layer)];
-    if (!is_checkpointed_layer(layer, control->every_k) || !needs_grad(hidden, params)) return run(hidden, ops);
+    if (!control->whole_layer(layer) || !needs_grad(hidden, params)) return run(hidden, ops);
     return recomputed_block(hidden, ops, run, params, preserve_rng);
   });
   model.set_mlp_runner([mlp_params, control, needs_grad, preserve_rng](int64_t layer, const at::Tensor& normed,
@@ -259,8 +276,7 @@ std::shared_ptr<CheckpointSwitch> set_activation_checkpointing(models::CausalLM&
                                                          const models::CausalLM::BlockFn& run) {
     // Inside a checkpointed layer the whole layer is recomputed already.
     const auto& params = mlp_params[static_cast<size_t>(layer)];
-    if (!control->selective || is_checkpointed_layer(layer, control->every_k) || !needs_grad(normed, params))
-      return run(normed, ops);
+    if (!control->mlp_only(layer) || !needs_grad(normed, params)) return run(normed, ops);
     return recomputed_block(normed, ops, run, params, preserve_rng);
   });
   return control;

@@ -37,7 +37,13 @@ attention::Backend resolve_backend(AttentionChoice choice, const at::Device& dev
 struct CheckpointSwitch {
   std::atomic<int64_t> every_k{0};      // checkpoint layers 0, k, 2k, ... (0: none)
   std::atomic<bool> selective{false};  // checkpoint every layer's MLP block
+  // auto's plan for the micro-batch: layers [0, recomputed) whole, the MLPs of the next `mlps`.
+  std::atomic<int64_t> recomputed{0};
+  std::atomic<int64_t> mlps{0};
   void set(const Checkpointing& setting);  // a fixed setting (auto: none)
+  void set_plan(int64_t recomputed_layers, int64_t mlp_layers);
+  bool whole_layer(int64_t layer) const;  // the layer is recomputed in the backward
+  bool mlp_only(int64_t layer) const;     // only its MLP block is
 };
 // A trained tensor under its name (a parameter of the model, or an adapter's), in model order.
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;

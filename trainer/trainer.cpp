@@ -223,7 +223,8 @@ StepRecord Run::train_step(const data::TrainStep& ts) {
     if (mb.num_tokens == 0) continue;  // an empty slot at the end of an epoch
     const DeviceBatch b = to_device(mb, device_.device);
     if (auto_checkpointing_) {  // the cheapest recomputation this micro-batch fits with
-      model_.checkpointing->set(auto_checkpointing_->choose(b.num_tokens, attention_scores(mb.cu_seqlens)));
+      const LayerPlan plan = auto_checkpointing_->plan(b.num_tokens, attention_scores(mb.cu_seqlens));
+      model_.checkpointing->set_plan(plan.recomputed, plan.selective);
     }
     if (remaining == 1) before_last();
     const models::LossOutput out = model_.model->loss(b.input, b.labels, b.labels_host);

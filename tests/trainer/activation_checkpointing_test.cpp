@@ -133,22 +133,67 @@ TEST(TrainActivationCheckpointing, RecomputationSkipsTheReplayedProjections) {
   }
 }
 
-// auto starts as none and picks, per micro-batch, the cheapest mode that fits.
-TEST(TrainActivationCheckpointing, AutoPicksTheCheapestModeThatFits) {
+// auto starts as none and picks, per micro-batch and layer by layer, the cheapest plan that
+// fits: MLPs recomputed in as few layers as needed, then whole layers.
+TEST(TrainActivationCheckpointing, AutoPicksTheCheapestPlanThatFits) {
   const Grads plain = run(Checkpointing::none());
   const Grads automatic = run(Checkpointing::automatic());  // starts as none: the very same computation
   EXPECT_TRUE(at::equal(plain.loss, automatic.loss));
   for (const auto& [name, g] : plain.grads) EXPECT_TRUE(at::equal(g, automatic.grads.at(name))) << name;
   const ActivationShape llama{32, 4096, 4096, 1024, 14336, 2};
   const AutoCheckpointing a(llama, int64_t{40} << 30);
-  EXPECT_GT(a.none_max_tokens(), 0);
-  EXPECT_GT(a.selective_max_tokens(), a.none_max_tokens());
-  EXPECT_EQ(a.choose(a.none_max_tokens()), Checkpointing::none());
-  EXPECT_EQ(a.choose(a.none_max_tokens() + 1), Checkpointing::selective());
-  EXPECT_EQ(a.choose(a.selective_max_tokens() + 1), Checkpointing::every(1));
-  EXPECT_EQ(AutoCheckpointing(llama, int64_t{1} << 30).choose(1), Checkpointing::every(1));  // nothing fits
+  const int64_t none_max = a.none_max_tokens(), selective_max = a.selective_max_tokens();
+  EXPECT_GT(none_max, 0);
+  EXPECT_GT(selective_max, none_max);
+  EXPECT_EQ(a.plan(none_max), (LayerPlan{0, 0}));
+  const LayerPlan just_over = a.plan(none_max + 1);  // one layer's MLP recomputed is enough
+  EXPECT_EQ(just_over, (LayerPlan{0, 1}));
+  const LayerPlan between = a.plan((none_max + selective_max) / 2);
+  EXPECT_EQ(between.recomputed, 0);
+  EXPECT_GT(between.selective, 1);
+  EXPECT_LT(between.selective, 32);
+  EXPECT_EQ(a.plan(selective_max), (LayerPlan{0, 32}));
+  const LayerPlan beyond = a.plan(selective_max + selective_max / 4);  // some whole layers, the rest selective
+  EXPECT_GT(beyond.recomputed, 0);
+  EXPECT_EQ(beyond.recomputed + beyond.selective, 32);
+  int64_t last = 0;  // more tokens never recompute less
+  for (int64_t t = 1024; t < 4 * selective_max; t += 1024) {
+    const LayerPlan p = a.plan(t);
+    const int64_t work = 2 * p.recomputed + p.selective;
+    EXPECT_GE(work, last) << t;
+    last = work;
+  }
+  EXPECT_EQ(AutoCheckpointing(llama, int64_t{1} << 30).plan(1), (LayerPlan{32, 0}));  // nothing fits
   // The flash kernels keep no scores: long documents cost what short ones do.
-  EXPECT_EQ(a.choose(a.none_max_tokens(), int64_t{1} << 40), Checkpointing::none());
+  EXPECT_EQ(a.plan(none_max, int64_t{1} << 40), (LayerPlan{0, 0}));
+}
+
+// A plan of the first layers recomputed whole and the next ones' MLPs: the same gradients
+// as the plain backward, and exactly those blocks recomputed (5 projections for a whole
+// layer, 2 for an MLP).
+TEST(TrainActivationCheckpointing, ALayerPlanRecomputesExactlyItsLayers) {
+  at::set_num_threads(1);
+  const models::ModelConfig config = tiny_config();  // 4 layers
+  const Grads plain = run(Checkpointing::none());
+  for (const LayerPlan plan : {LayerPlan{0, 1}, LayerPlan{0, 3}, LayerPlan{1, 2}, LayerPlan{2, 2}, LayerPlan{4, 0}}) {
+    models::TensorMap params = models::init_parameters(config, 5);
+    for (auto& [n, t] : params) t.requires_grad_(true);
+    models::CausalLM model(config, params, attention::Backend::kReference);
+    auto control = set_activation_checkpointing(model, Checkpointing::automatic(),
+                                                models::testing::trained_parameters(model));
+    control->set_plan(plan.recomputed, plan.selective);
+    const at::Tensor loss = packed_loss(model);
+    g_linear_calls = 0;
+    const at::CallbackHandle handle =
+        at::addGlobalCallback(at::RecordFunctionCallback(count_linear).scopes({at::RecordScope::FUNCTION}));
+    loss.backward();
+    at::removeCallback(handle);
+    EXPECT_EQ(g_linear_calls.load(), 5 * plan.recomputed + 2 * plan.selective)
+        << plan.recomputed << " whole, " << plan.selective << " MLPs";
+    EXPECT_TRUE(at::equal(plain.loss, loss.detach()));
+    for (const auto& [name, t] : model.parameters())
+      EXPECT_TRUE(at::equal(plain.grads.at(name), t.grad())) << name;
+  }
 }
 
 // A backend that materialises the scores (the reference, Gemma 2's at head_dim 256) keeps
@@ -169,9 +214,11 @@ TEST(TrainActivationCheckpointing, AutoCountsAMaterialisedAttentionsScores) {
   EXPECT_EQ(ref.score_bytes, 16 * (4 + 2 + 2) + 1);  // fp32 softmax, its bf16 copy, the tanh; the mask
   EXPECT_EQ(ref.extra_per_token, 2 * 2 * 3584);       // the norms after attention and MLP
   const AutoCheckpointing a(ref, int64_t{19} << 29);  // 9.5 GiB free, as a 9B leaves on an 80 GB card
-  EXPECT_EQ(a.choose(1500, 0), Checkpointing::selective());
-  EXPECT_EQ(a.choose(1500, 4 * 375 * 375), Checkpointing::every(1));  // four documents of 375
-  EXPECT_EQ(a.choose(1500, 1500), Checkpointing::selective());         // 1500 one-token documents
+  const LayerPlan short_docs = a.plan(1500, 1500);   // 1500 one-token documents
+  const LayerPlan long_docs = a.plan(1500, 4 * 375 * 375);  // four documents of 375
+  EXPECT_EQ(short_docs, a.plan(1500, 0));
+  EXPECT_GT(2 * long_docs.recomputed + long_docs.selective, 2 * short_docs.recomputed + short_docs.selective);
+  EXPECT_GT(long_docs.recomputed, 0);
   EXPECT_EQ(attention_scores({0, 3, 3, 7}), 9 + 0 + 16);
 }
 
