@@ -12,7 +12,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,
 timeout 240 "$BIN/attention_bench" --out "$OUT/bench.json" --md "$OUT/bench.md" --reps 20 >"$OUT/bench.log" 2>&1
 tail -36 "$OUT/bench.log" | grep "^|"
 timeout 120 "$BIN/attention_bench" --deviation --out "$OUT/deviation.json" --md "$OUT/deviation.md" >"$OUT/deviation.log" 2>&1
-tail -18 "$OUT/deviation.log"
+tail -80 "$OUT/deviation.log"
 CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
 for tool in memcheck racecheck; do
   timeout 150 "$CS" --tool $tool "$BIN/test_attention_gpu" --gtest_filter='*Autograd*' >"$OUT/sanitizer_$tool.txt" 2>&1
