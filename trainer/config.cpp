@@ -465,6 +465,9 @@ const std::vector<KeyDef>& key_defs() {
     t.integer("training.stop_at_step",
               "stop after this step with a checkpoint, as SIGTERM would (0: never); run again to resume",
               MEMBER(training.stop_at_step), 0, std::numeric_limits<int64_t>::max(), /*omit_zero=*/true);
+    t.boolean("training.deterministic",
+              "bitwise-repeatable steps: the attention backward without atomics, ATen's deterministic algorithms",
+              MEMBER(training.deterministic));
     // logging
     t.integer("logging.log_interval", "steps between metric lines", MEMBER(logging.log_interval), 1);
     t.integer("logging.eval_interval", "steps between evaluations on data.eval (0: at the end only)",

@@ -113,6 +113,9 @@ struct TrainingSection {
   // Stop after this step with a checkpoint, as a SIGTERM would (0: never); the
   // same configuration without it resumes. For time-limited jobs.
   int64_t stop_at_step = 0;
+  // Bitwise-repeatable steps on the same device: the attention backward without atomics
+  // (our kernels' deterministic dQ pass) and ATen's deterministic algorithms where it has them.
+  bool deterministic = false;
 };
 
 struct LoggingSection {

@@ -95,6 +95,24 @@ class OutputDirLock {
   int fd_ = -1;
 };
 
+// training.deterministic for one run: ATen's process-wide flag (which our attention kernels
+// read), put back as it was when the run ends, so one run does not change the next.
+class DeterministicScope {
+ public:
+  void enable() {
+    previous_ = at::globalContext().deterministicAlgorithms();
+    previous_warn_only_ = at::globalContext().deterministicAlgorithmsWarnOnly();
+    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
+    enabled_ = true;
+  }
+  ~DeterministicScope() {
+    if (enabled_) at::globalContext().setDeterministicAlgorithms(previous_, previous_warn_only_);
+  }
+
+ private:
+  bool enabled_ = false, previous_ = false, previous_warn_only_ = false;
+};
+
 // Why the loop ended early (kNone: it ran to total_steps).
 enum class Stop { kNone, kSignal, kStopAtStep, kDataEnded };
 
@@ -148,6 +166,7 @@ class Run {
   std::unique_ptr<GradReducer> reducer_;  // with group_
   std::unique_ptr<CommClock> comm_clock_;  // with group_
   std::unique_ptr<AutoCheckpointing> auto_checkpointing_;  // model.activation_checkpointing: auto, on CUDA
+  DeterministicScope deterministic_;  // training.deterministic
   std::unique_ptr<MetricsLogger> metrics_;
   std::unique_ptr<StepProfiler> profiler_;  // logging.profile_steps; rank 0 only
   int64_t first_step_ = 0;  // the step this process started from
@@ -329,6 +348,12 @@ void Run::set_up() {
     make_optimizer();
   } catch (const c10::OutOfMemoryError& e) {
     explain_setup_oom("allocating the gradients and the optimizer state", e);
+  }
+  if (config_.training.deterministic) {
+    // Our attention kernels read this to pick the atomic-free dQ pass; ATen ops without a
+    // deterministic implementation warn instead of failing the run.
+    deterministic_.enable();
+    log::info("training.deterministic: attention backward without atomics, ATen's deterministic algorithms");
   }
   if (state) {
     restore(*state);

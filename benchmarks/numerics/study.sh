@@ -11,6 +11,7 @@
 #   random init (band)         two initialisation seeds      what a different start moves
 #   torch-fa2                  hopper vs torch-fa2, bf16     two flash attention kernels
 #   padding                    flatten vs pad, hopper        our packing against padded batches
+#   backward                   atomic vs deterministic dQ    training.deterministic's atomic-free dQ pass
 #
 #   study.sh [--smoke]     OUT, FPTRAIN_BUILD_DIR as scripts/gpu-check.sh sets them
 # --smoke: a few steps of the test preset on the CPU (reference attention; the hopper and torch-fa2
@@ -47,7 +48,7 @@ for seed in 0 1; do
     --corpus "$data" > "$WORK/init-$seed.log" 2>&1 || { tail -5 "$WORK/init-$seed.log"; exit 1; }
 done
 
-# run NAME MODEL_SEED ATTENTION DTYPE MODE: trained in segments of EVERY steps (training.stop_at_step;
+# run NAME MODEL_SEED ATTENTION DTYPE MODE [TRAINING_KEYS]: trained in segments of EVERY steps (training.stop_at_step;
 # each resume is bit-identical), the weights of each segment's end copied to weights/step-N.
 run() {
   local name=$1 dir=$WORK/run-$1 step
@@ -58,7 +59,7 @@ data: {train: $data, max_length: 1024, shuffle: true}
 batching: {mode: $5, examples_per_micro_batch: $PER_MICRO_BATCH}
 optimizer: {lr: 3.0e-4, weight_decay: 0.1, grad_clip: 1.0}
 schedule: {warmup_steps: $(( STEPS / 20 )), decay: cosine, min_lr: 3.0e-5}
-training: {max_steps: $STEPS, seed: 0}
+training: {max_steps: $STEPS, seed: 0${6:+, $6}}
 logging: {log_interval: $EVERY}
 checkpoint: {keep_last: 1}
 output_dir: $dir
@@ -83,6 +84,7 @@ run fp32 0 reference float32 flatten
 run seed1 1 "$FAST" bfloat16 flatten
 run fa2 0 "$FA2" bfloat16 flatten
 run pad 0 "$FAST" bfloat16 pad
+run det 0 "$FAST" bfloat16 flatten "deterministic: true"
 
 rows=$WORK/distances.jsonl
 : > "$rows"
@@ -95,5 +97,6 @@ pair "low precision: bf16 vs fp32 (reference attention)" reference fp32
 pair "random init: seed 0 vs seed 1" base seed1
 pair "flash kernels: hopper vs torch-fa2" base fa2
 pair "batching: flatten vs pad" base pad
+pair "backward: atomic vs deterministic dQ" base det
 "$PYTHON" benchmarks/numerics/study_report.py "$rows" --out "$OUT" --steps "$STEPS" --preset "$PRESET" \
   --device "$( [ "$DEVICE" = cuda ] && nvidia-smi --query-gpu=name --format=csv,noheader | head -1 || echo cpu)"

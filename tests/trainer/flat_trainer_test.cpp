@@ -1,7 +1,12 @@
 // The trainer with the flat-buffer optimizer: optimizer.fp32_grad_accumulation
 // changes how a bf16 model's micro-batches are summed, and both ways follow fp32;
-// optimizer.master_weights: split trains bit for bit as fp32 masters, resumes included.
+// optimizer.master_weights: split trains bit for bit as fp32 masters, resumes included;
+// training.deterministic.
 #include "tests/trainer/trainer_test_util.h"
+#include "trainer/config.h"
+#include "trainer/trainer.h"
+
+#include <ATen/Context.h>
 
 #include <cmath>
 
@@ -88,6 +93,31 @@ TEST(TrainFlatOptimizer, SplitMastersTrainAsFp32MastersBitForBit) {
   }
   const CommandResult bad = run("bad", {"optimizer.master_weights=sometimes"}, /*ok=*/false);
   EXPECT_NE(bad.output.find("expected true, false or split"), std::string::npos) << bad.output;
+}
+
+// training.deterministic: the same steps (on the CPU every backward is repeatable anyway), the
+// log says so, and ATen's process-wide flag is put back when the run ends (an in-process run
+// must not change the next one's attention backward).
+TEST(TrainFlatOptimizer, DeterministicRunsTheSameStepsAndRestoresTheFlag) {
+  TempDir dir;
+  const std::string extra = "training:\n  max_steps: 3\nlogging:\n  log_interval: 1\n";
+  const std::string plain_cfg = dir.write("plain.yaml", base_config(dir / "plain", "tokens.jsonl", extra));
+  ASSERT_EQ(run_fptrain({"train", plain_cfg}).exit_code, 0);
+  const CommandResult det = run_fptrain({"train", plain_cfg, "--set", "training.deterministic=true", "--set",
+                                         "output_dir=" + (dir / "det").string()});
+  ASSERT_EQ(det.exit_code, 0) << det.output;
+  EXPECT_NE(det.output.find("training.deterministic: attention backward without atomics"), std::string::npos)
+      << det.output;
+  const auto a = train_records(dir / "plain"), b = train_records(dir / "det");
+  ASSERT_EQ(a.size(), 3u);
+  ASSERT_EQ(b.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(a[i]["loss"].get<double>(), b[i]["loss"].get<double>()) << i;
+
+  const bool before = at::globalContext().deterministicAlgorithms();
+  TrainConfig config = load_config(dir / "plain.yaml", {"training.deterministic=true", "training.max_steps=1",
+                                                        "output_dir=" + (dir / "inproc").string()});
+  (void)train(config);
+  EXPECT_EQ(at::globalContext().deterministicAlgorithms(), before);
 }
 
 }  // namespace
