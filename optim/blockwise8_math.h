@@ -17,8 +17,8 @@
 //   code = nearest_code(m / absmax), the sign of m kept (below)
 //
 // with correction2 = sqrt(1 - beta2^t), step_size = -(lr·correction2) / (1 - beta1^t).
-// The three FMAs are where nvcc contracts bitsandbytes' source (its PTX, built as bnb
-// builds it: --use_fast_math). bitsandbytes then computes the divisions, square roots
+// The three FMAs are where nvcc contracts bitsandbytes' expressions (the PTX of the same
+// expressions built with bnb's flags, --use_fast_math, by nvcc 13 for sm_90). bitsandbytes then computes the divisions, square roots
 // and powers with approximate instructions (div.approx, sqrt.approx, lg2/ex2.approx)
 // and flushes subnormals; here every operation is IEEE-rounded, so results agree with
 // bitsandbytes to a few ulp, not bit for bit (tests/trainer_gpu/flat_adamw8bit_gpu_test.cpp).

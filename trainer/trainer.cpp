@@ -397,6 +397,11 @@ void Run::open_data(const std::optional<TrainingState>& state) {
 // A resumed run: the optimizer, RNG states, step and counters of the checkpoint.
 void Run::restore(const TrainingState& state) {
   optimizer_->load_state(state.optimizer, state.step, state.tensors_file.string());
+  const bool saved_8bit = std::any_of(state.optimizer.begin(), state.optimizer.end(),
+                                      [](const auto& t) { return t.first.rfind("exp_avg_codes.", 0) == 0; });
+  if (saved_8bit != optimizer_->moments_8bit())
+    log::info(saved_8bit ? "the checkpoint's 8-bit moments were dequantised (optimizer.moments: full)"
+                         : "the checkpoint's moments were quantised to 8 bits (optimizer.moments: 8bit)");
   if (state.world_size != world())
     log::info("the checkpoint was written by " + std::to_string(state.world_size) + " rank(s); continuing on " +
               std::to_string(world()) + " (the data continues where it stopped; the global batch is now " +

@@ -131,6 +131,12 @@ TEST(TrainFlatOptimizer, EightBitMomentsResumeBitForBit) {
   const std::string state = read_file(dir / "whole/checkpoints/step-00000008/training_state.safetensors");
   EXPECT_NE(state.find("optimizer.exp_avg_codes."), std::string::npos);
   EXPECT_NE(state.find("optimizer.exp_avg_sq_absmax."), std::string::npos);
+  // A run may switch: full moments until step 4, then 8-bit ones quantised from them.
+  run("switched", {"optimizer.moments=full", "training.stop_at_step=4"});
+  const CommandResult switched = run("switched", {});
+  EXPECT_NE(switched.output.find("the checkpoint's moments were quantised to 8 bits"), std::string::npos)
+      << switched.output;
+  EXPECT_EQ(train_records(dir / "switched").size(), 8u);
   const CommandResult bad = run("bad", {"optimizer.moments=4bit"}, /*ok=*/false);
   EXPECT_NE(bad.output.find("optimizer.moments: '4bit' is not one of full | 8bit"), std::string::npos) << bad.output;
 }
