@@ -1,7 +1,8 @@
 """Goldens for the 8-bit blockwise AdamW moments (optim/blockwise8*.h, optim/flat_adamw8bit.cpp).
 
 From bitsandbytes itself (its CPU backend): the code books (functional.create_dynamic_map), each
-block's absmax (functional.quantize_blockwise) and the dequantisation (dequantize_blockwise).
+block's absmax (functional.quantize_blockwise), the dequantisation (dequantize_blockwise), and
+five steps of optim.AdamW8bit on the CPU (another algorithm than its CUDA kernel: for closeness).
 bitsandbytes has no CPU optimizer step, and its CPU quantize_blockwise picks codes through a
 65,536-entry lookup table, not the binary search of its CUDA optimizer kernel; so the codes and
 the step come from the reference below, which follows kOptimizerStatic8bit2StateBlockwise and
@@ -193,6 +194,29 @@ def step_goldens(out, qm, qv):
             out[p + "absmax2"] = torch.from_numpy(st["absmax2"].copy())
 
 
+def bnb_cpu_goldens(out):
+    """bitsandbytes.optim.AdamW8bit itself on the CPU: its CPU backend is another algorithm than its
+    CUDA kernel (torch ops, the lookup-table quantisation, weight decay before the update, no sign
+    rule), so the test only checks that ours stays close to it."""
+    import bitsandbytes as bnb
+    n = BLOCK * 64
+    gen = torch.Generator().manual_seed(1)
+    w0 = torch.randn(n, generator=gen) * 0.5
+    p = torch.nn.Parameter(w0.clone())
+    opt = bnb.optim.AdamW8bit([p], lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+    out["bnbcpu_w0"] = w0
+    for s in range(5):
+        scale = torch.logspace(-5, 0, n // BLOCK)[torch.randperm(n // BLOCK, generator=gen)].repeat_interleave(BLOCK)
+        g = torch.randn(n, generator=gen) * scale
+        out[f"bnbcpu_g{s}"] = g
+        p.grad = g.clone()
+        opt.step()
+        st = opt.state[p]
+        out[f"bnbcpu_{s}_p"] = p.detach().clone()
+        for key in ("state1", "state2", "absmax1", "absmax2"):
+            out[f"bnbcpu_{s}_{key}"] = st[key].clone()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -204,6 +228,7 @@ def main():
     out = {"map_signed": qm, "map_unsigned": qv}
     quantisation_goldens(out, qm.numpy(), qv.numpy())
     step_goldens(out, qm.numpy(), qv.numpy())
+    bnb_cpu_goldens(out)
     save_file({k: v.contiguous() for k, v in out.items()}, str(out_dir / "blockwise8.safetensors"))
     print(f"wrote {len(out)} tensors to {out_dir / 'blockwise8.safetensors'}")
 

@@ -39,7 +39,9 @@ def main():
         opt = bnb.optim.AdamW8bit([p], lr=LR, betas=BETAS, eps=EPS, weight_decay=WD)
         out[f"{name}_p0"] = p0
         for s in range(STEPS):
-            scale = torch.logspace(-5, 0, n)[torch.randperm(n, generator=gen)]
+            # Five decades across blocks (a block of a real tensor is one region of it).
+            blocks = (n + 255) // 256
+            scale = torch.logspace(-5, 0, blocks)[torch.randperm(blocks, generator=gen)].repeat_interleave(256)[:n]
             g = (torch.randn(n, generator=gen) * scale).to(dtype)
             out[f"{name}_g{s}"] = g
             p.grad = g.cuda()
