@@ -2,22 +2,17 @@
 
 #include "optim/grad_reducer.h"
 
+#include "optim/blockwise8.h"
 #include "optim/flat_adamw.h"
 
 #include <ATen/record_function.h>
 #include <c10/core/GradMode.h>
 
+#include <numeric>
 #include <stdexcept>
-#include <unordered_map>
 
 namespace fptrain::optim {
 namespace {
-
-std::string describe(const at::Tensor& t) {
-  std::string s = std::string(c10::toString(t.scalar_type())) + "[";
-  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
-  return s + "]";
-}
 
 FlatLayout make_layout(const std::vector<std::string>& names, const std::vector<at::Tensor>& params,
                        int64_t alignment, const DataParallelSpec& dp) {
@@ -27,6 +22,11 @@ FlatLayout make_layout(const std::vector<std::string>& names, const std::vector<
   for (size_t i = 0; i < names.size(); ++i) shapes.emplace_back(names[i], params[i].sizes().vec());
   const int64_t shards = dp.comm && dp.shard ? dp.comm->world_size() : 1;
   return FlatLayout(shapes, alignment, shards, dp.comm ? dp.bucket_elements : 0);
+}
+
+// 8-bit moments: segments and shard slices start on a block (a multiple of the alignment).
+int64_t layout_alignment(int64_t alignment, const OptimizerSection& options) {
+  return options.moments == Moments::k8bit ? std::lcm(alignment, blockwise8::kBlock) : alignment;
 }
 
 }  // namespace
@@ -39,7 +39,7 @@ AdamW::AdamW(std::vector<std::string> names, std::vector<at::Tensor> params, con
   for (const auto& p : params)
     if (p.scalar_type() != dtype || p.device() != params[0].device())
       throw std::invalid_argument("AdamW: all parameters must share one dtype and device");
-  FlatLayout layout = make_layout(names_, params, alignment, dp_);
+  FlatLayout layout = make_layout(names_, params, layout_alignment(alignment, options), dp_);
   flat_ = std::make_unique<FlatParameters>(std::move(layout), std::move(params));
   master_weights_ = options.master_weights && dtype != at::kFloat;
   c10::NoGradGuard no_grad;
@@ -58,9 +58,29 @@ AdamW::AdamW(std::vector<std::string> names, std::vector<at::Tensor> params, con
     master_ = at::empty({local}, state_options);
     for (const Range& r : ranges_) master_.narrow(0, r.local, r.numel).copy_(w.narrow(0, r.flat, r.numel));
   }
-  exp_avg_ = at::zeros({local}, state_options);
-  exp_avg_sq_ = at::zeros({local}, state_options);
+  if (options.moments == Moments::k8bit) {
+    // Zero codes and absmax, as bitsandbytes starts (every code then means 0).
+    exp_avg_ = at::zeros({local}, w.options().dtype(at::kByte));
+    exp_avg_sq_ = at::zeros({local}, w.options().dtype(at::kByte));
+    exp_avg_absmax_ = at::zeros({local / blockwise8::kBlock}, w.options().dtype(at::kFloat));
+    exp_avg_sq_absmax_ = at::zeros({local / blockwise8::kBlock}, w.options().dtype(at::kFloat));
+  } else {
+    exp_avg_ = at::zeros({local}, state_options);
+    exp_avg_sq_ = at::zeros({local}, state_options);
+  }
   coef_ = at::ones({}, w.options().dtype(at::kFloat));
+}
+
+int64_t AdamW::moment_bytes() const {
+  int64_t n = exp_avg_.nbytes() + exp_avg_sq_.nbytes();
+  if (moments_8bit()) n += exp_avg_absmax_.nbytes() + exp_avg_sq_absmax_.nbytes();
+  return n;
+}
+
+flat::Moments8bit AdamW::moments8(int64_t local, int64_t numel) const {
+  const int64_t b = blockwise8::kBlock;
+  return {exp_avg_.narrow(0, local, numel), exp_avg_sq_.narrow(0, local, numel),
+          exp_avg_absmax_.narrow(0, local / b, numel / b), exp_avg_sq_absmax_.narrow(0, local / b, numel / b)};
 }
 
 void AdamW::accumulate_gradients() {
@@ -149,9 +169,13 @@ void AdamW::step(double lr, distributed::CommClock* clock) {
   h.eps = options_.eps;
   h.weight_decay = options_.weight_decay;
   h.step = steps_taken_;
-  if (!dp_.shard) {
+  const at::Tensor coef = coef_pending_ ? coef_ : at::Tensor();
+  if (!dp_.shard && moments_8bit()) {
+    flat::adamw8bit_step(flat_->weights(), master_, moments8(0, exp_avg_.numel()), flat_->grads(),
+                         accumulated_slice(0, exp_avg_.numel()), coef, h);
+  } else if (!dp_.shard) {
     flat::adamw_step(flat_->weights(), master_, exp_avg_, exp_avg_sq_, flat_->grads(),
-                     accum_active_ ? accum_ : at::Tensor(), coef_pending_ ? coef_ : at::Tensor(), h);
+                     accum_active_ ? accum_ : at::Tensor(), coef, h);
   } else {
     // Slice by slice (one per bucket), each all-gathered as soon as it is
     // updated, so that the gathers overlap the remaining updates (and, waited
@@ -161,9 +185,13 @@ void AdamW::step(double lr, distributed::CommClock* clock) {
     const auto& buckets = flat_->layout().buckets();
     for (const Range& r : ranges_) {
       auto slice = [&](const at::Tensor& t, int64_t at) { return t.defined() ? t.narrow(0, at, r.numel) : t; };
-      flat::adamw_step(slice(flat_->weights(), r.flat), slice(master_, r.local), slice(exp_avg_, r.local),
-                       slice(exp_avg_sq_, r.local), slice(flat_->grads(), r.flat), accumulated_slice(r.flat, r.numel),
-                       coef_pending_ ? coef_ : at::Tensor(), h);
+      if (moments_8bit())
+        flat::adamw8bit_step(slice(flat_->weights(), r.flat), slice(master_, r.local), moments8(r.local, r.numel),
+                             slice(flat_->grads(), r.flat), accumulated_slice(r.flat, r.numel), coef, h);
+      else
+        flat::adamw_step(slice(flat_->weights(), r.flat), slice(master_, r.local), slice(exp_avg_, r.local),
+                         slice(exp_avg_sq_, r.local), slice(flat_->grads(), r.flat), accumulated_slice(r.flat, r.numel),
+                         coef, h);
       const FlatBucket& b = buckets[r.bucket];
       gathers_.push_back({b.offset, dp_.comm->all_gather(flat_->weights().narrow(0, r.flat, r.numel),
                                                          flat_->weights().narrow(0, b.offset, b.size))});
@@ -190,128 +218,6 @@ void AdamW::zero_grad() {
   accum_active_ = false;
   coef_pending_ = false;
   flat_->release_collected();
-}
-
-std::vector<std::pair<std::string, at::Tensor>> AdamW::state() const {
-  std::vector<std::pair<std::string, at::Tensor>> out;
-  const FlatLayout& l = flat_->layout();
-  const at::Tensor& weights = master_weights_ ? master_ : flat_->weights();
-  // Split masters are saved as the fp32 masters they are (a new tensor per parameter, on the CPU).
-  auto joined = [&](int64_t flat, int64_t local, int64_t numel) {
-    return flat::join_masters(flat_->weights().narrow(0, flat, numel).cpu(), master_.narrow(0, local, numel).cpu());
-  };
-  if (!dp_.shard) {
-    for (size_t i = 0; i < names_.size(); ++i) {
-      const FlatSegment& s = l.segments()[i];
-      out.emplace_back("weight." + names_[i], split_masters() ? joined(s.offset, s.offset, s.numel).view(s.shape)
-                                                              : flat_->segment(weights, i));
-      out.emplace_back("exp_avg." + names_[i], flat_->segment(exp_avg_, i));
-      out.emplace_back("exp_avg_sq." + names_[i], flat_->segment(exp_avg_sq_, i));
-    }
-    return out;
-  }
-  for (const ShardPiece& p : l.shard_pieces(dp_.comm->rank())) {
-    const FlatSegment& s = l.segments()[p.segment];
-    const bool whole = p.segment_offset == 0 && p.numel == s.numel;
-    const std::string key = names_[p.segment] + (whole ? "" : "@" + std::to_string(p.segment_offset));
-    auto piece = [&](const at::Tensor& t, int64_t at) {
-      const at::Tensor v = t.narrow(0, at, p.numel);
-      return whole ? v.view(s.shape) : v;
-    };
-    // Without master weights the weights are the model's, at their flat place.
-    at::Tensor weight = split_masters()   ? joined(p.flat_offset, p.local_offset, p.numel)
-                        : master_weights_ ? piece(master_, p.local_offset)
-                                          : piece(flat_->weights(), p.flat_offset);
-    if (split_masters() && whole) weight = weight.view(s.shape);
-    out.emplace_back("weight." + key, weight);
-    out.emplace_back("exp_avg." + key, piece(exp_avg_, p.local_offset));
-    out.emplace_back("exp_avg_sq." + key, piece(exp_avg_sq_, p.local_offset));
-  }
-  return out;
-}
-
-void AdamW::load_state(const std::vector<std::pair<std::string, at::Tensor>>& tensors, int64_t steps_taken,
-                       const std::string& source) {
-  // Index the saved pieces: "<kind>.<name>[@<first>]" -> (first element, flattened tensor).
-  struct Saved {
-    int64_t first;
-    at::Tensor flat;
-  };
-  std::unordered_map<std::string, std::vector<Saved>> saved;
-  for (const auto& [key, t] : tensors) {
-    const size_t at = key.rfind('@');
-    int64_t first = 0;
-    std::string base = key;
-    if (at != std::string::npos && key.find_first_not_of("0123456789", at + 1) == std::string::npos && at + 1 < key.size()) {
-      first = std::stoll(key.substr(at + 1));
-      base = key.substr(0, at);
-    }
-    saved[base].push_back({first, t.reshape({-1})});
-  }
-  c10::NoGradGuard no_grad;
-  const FlatLayout& l = flat_->layout();
-  // Copies elements [first, first + n) of the named parameter's state into dst.
-  auto restore = [&](const std::string& key, const FlatSegment& seg, int64_t first, const at::Tensor& dst) {
-    const int64_t n = dst.numel();
-    auto it = saved.find(key);
-    if (it == saved.end())
-      throw std::runtime_error(source + ": missing tensor 'optimizer." + key + "' (" + std::to_string(tensors.size()) +
-                               " optimizer tensors present): the checkpoint is incomplete or was written for "
-                               "another model");
-    int64_t covered = 0;
-    for (const Saved& p : it->second) {
-      if (p.flat.scalar_type() != dst.scalar_type() || p.first < 0 || p.first + p.flat.numel() > seg.numel)
-        throw std::runtime_error(source + ": tensor 'optimizer." + key + "' does not match the model's parameter (" +
-                                 describe(p.flat) + " at element " + std::to_string(p.first) + " vs " +
-                                 std::string(c10::toString(dst.scalar_type())) + "[" + std::to_string(seg.numel) +
-                                 "]): the checkpoint was written for another model or configuration");
-      const int64_t lo = std::max(first, p.first), hi = std::min(first + n, p.first + p.flat.numel());
-      if (lo >= hi) continue;
-      dst.narrow(0, lo - first, hi - lo).copy_(p.flat.narrow(0, lo - p.first, hi - lo));
-      covered += hi - lo;
-    }
-    if (covered != n)
-      throw std::runtime_error(source + ": the optimizer state of '" + key + "' covers " + std::to_string(covered) +
-                               " of the " + std::to_string(n) + " elements this rank needs: shard files are missing");
-  };
-  const at::Tensor& weights = master_weights_ ? master_ : flat_->weights();
-  const std::vector<ShardPiece> pieces =
-      dp_.shard ? l.shard_pieces(dp_.comm->rank()) : [&] {
-        std::vector<ShardPiece> all;
-        for (size_t i = 0; i < l.segments().size(); ++i) {
-          const FlatSegment& s = l.segments()[i];
-          all.push_back({i, 0, s.offset, s.numel, s.offset});
-        }
-        return all;
-      }();
-  for (const ShardPiece& p : pieces) {
-    const FlatSegment& s = l.segments()[p.segment];
-    if (p.numel == 0) continue;
-    if (split_masters()) {  // the saved fp32 masters, split into the model's weights and the remainders
-      const at::Tensor m = at::empty({p.numel}, master_.options().dtype(at::kFloat));
-      restore("weight." + names_[p.segment], s, p.segment_offset, m);
-      flat::split_masters(m, flat_->weights().narrow(0, p.flat_offset, p.numel),
-                          master_.narrow(0, p.local_offset, p.numel));
-    } else {
-      const at::Tensor w = master_weights_ ? weights.narrow(0, p.local_offset, p.numel)
-                                           : flat_->weights().narrow(0, p.flat_offset, p.numel);
-      restore("weight." + names_[p.segment], s, p.segment_offset, w);
-    }
-    restore("exp_avg." + names_[p.segment], s, p.segment_offset, exp_avg_.narrow(0, p.local_offset, p.numel));
-    restore("exp_avg_sq." + names_[p.segment], s, p.segment_offset, exp_avg_sq_.narrow(0, p.local_offset, p.numel));
-  }
-  // The model: the masters, rounded (every rank's slices, then gathered).
-  if (master_weights_) {
-    if (!split_masters())
-      for (const Range& r : ranges_)
-        flat::copy_masters_to_model(master_.narrow(0, r.local, r.numel), flat_->weights().narrow(0, r.flat, r.numel));
-    if (dp_.shard) {
-      std::vector<size_t> all;
-      for (const Range& r : ranges_) all.push_back(r.bucket);
-      all_gather_weights(all);
-    }
-  }
-  steps_taken_ = steps_taken;
 }
 
 void AdamW::all_gather_weights(const std::vector<size_t>& buckets) {

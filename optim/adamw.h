@@ -8,7 +8,10 @@
 // false) it updates the weight buffer in place with moments of the model dtype.
 // With split masters (a bf16 model, optimizer.split_masters) each master is the
 // model's bf16 weight and a 16-bit remainder: the same fp32 values, 2 bytes less
-// per parameter.
+// per parameter. With 8-bit moments (optimizer.state_dtype: int8) each moment is a uint8
+// code per element and an fp32 absmax per 256 (optim/blockwise8_math.h), and the
+// step is bitsandbytes' AdamW8bit arithmetic; the layout's alignment is then a
+// multiple of 256, so that blocks never straddle two parameters or two shards.
 //
 // A step is a few launches whatever the parameter count:
 //   grad_norm    one reduction over the gradient buffer (fp32 sums): the norm and,
@@ -23,6 +26,7 @@
 
 #include "distributed/communicator.h"
 #include "distributed/comm_clock.h"
+#include "optim/flat_adamw.h"
 #include "optim/optimizer_section.h"
 #include "optim/flat_parameters.h"
 
@@ -103,13 +107,17 @@ class AdamW {
   // "<kind>.<parameter name>" (the whole parameter, its shape) or, for a part
   // of a parameter that a shard holds, "<kind>.<parameter name>@<first element>"
   // (1-D, elements of the flattened parameter); kind in {weight, exp_avg,
-  // exp_avg_sq}. `weight` is the fp32 master (or the parameter itself without
+  // exp_avg_sq}, with 8-bit moments {weight, exp_avg_codes, exp_avg_absmax,
+  // exp_avg_sq_codes, exp_avg_sq_absmax} (codes uint8 per element; absmax fp32 per
+  // 256 elements of the parameter, 1-D, the piece's blocks from first element / 256).
+  // `weight` is the fp32 master (or the parameter itself without
   // master weights). One process (or no sharding) writes whole parameters only.
   std::vector<std::pair<std::string, at::Tensor>> state() const;
   // Restores state() output of any sharding (tensors on any device; copied in
   // place): each element this rank needs is taken from whichever piece holds it,
-  // so a checkpoint of N shards loads into M. `source` names where the tensors
-  // come from (the checkpoint file) in errors.
+  // so a checkpoint of N shards loads into M, and full and 8-bit moments load into
+  // either form (quantised or dequantised as the step would). `source` names where
+  // the tensors come from (the checkpoint file) in errors.
   void load_state(const std::vector<std::pair<std::string, at::Tensor>>& tensors, int64_t steps_taken,
                   const std::string& source = "optimizer state");
   bool sharded() const { return dp_.shard; }
@@ -124,8 +132,16 @@ class AdamW {
   // The fp32 masters, or with split masters their 16-bit remainders (int16).
   const at::Tensor& master() const { return master_; }
   bool split_masters() const { return master_.defined() && master_.scalar_type() == at::kShort; }
+  // The moments; with 8-bit moments their uint8 codes, and the fp32 absmax per 256 elements.
   const at::Tensor& exp_avg() const { return exp_avg_; }
   const at::Tensor& exp_avg_sq() const { return exp_avg_sq_; }
+  bool moments_8bit() const { return exp_avg_absmax_.defined(); }
+  const at::Tensor& exp_avg_absmax() const { return exp_avg_absmax_; }
+  const at::Tensor& exp_avg_sq_absmax() const { return exp_avg_sq_absmax_; }
+  // Bytes of the state buffers: masters (or remainders) and moments (with absmax); the fp32
+  // gradient sums once allocated.
+  int64_t master_bytes() const { return master_.defined() ? master_.nbytes() : 0; }
+  int64_t moment_bytes() const;
   const at::Tensor& accumulator() const { return accum_; }
 
  private:
@@ -135,6 +151,13 @@ class AdamW {
     int64_t flat, local, numel;
   };
   void all_gather_weights(const std::vector<size_t>& buckets);
+  // The 8-bit moments of local elements [local, local + numel), both block-aligned.
+  flat::Moments8bit moments8(int64_t local, int64_t numel) const;
+  // What this rank's state holds: its shard's pieces, or every parameter whole.
+  std::vector<ShardPiece> held_pieces() const;
+  // load_state's per-piece restores (optim/adamw_state.cpp).
+  struct SavedIndex;
+  void restore_moments(const SavedIndex& saved, const ShardPiece& piece);
   void wait_for_accumulated();
   at::Tensor accumulated_slice(int64_t flat, int64_t numel) const;
 
@@ -152,7 +175,8 @@ class AdamW {
   std::unique_ptr<FlatParameters> flat_;
   bool master_weights_ = false;
   at::Tensor master_;               // fp32 masters, or int16 remainders (split), with master weights only
-  at::Tensor exp_avg_, exp_avg_sq_;  // fp32 with master weights, else the model dtype
+  at::Tensor exp_avg_, exp_avg_sq_;  // fp32 with master weights, else the model dtype; 8-bit: uint8 codes
+  at::Tensor exp_avg_absmax_, exp_avg_sq_absmax_;  // 8-bit moments: fp32 per blockwise8::kBlock
   at::Tensor accum_;                // fp32 gradient sums over micro-batches (accumulate_gradients)
   bool accum_active_ = false;       // accum_ holds gradients of the current step
   std::vector<distributed::Pending> accum_reductions_;  // reduce_accumulated() in flight

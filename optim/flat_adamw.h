@@ -40,6 +40,23 @@ void adamw_step(const at::Tensor& weights, const at::Tensor& master, const at::T
                 const at::Tensor& exp_avg_sq, const at::Tensor& grads, const at::Tensor& accum,
                 const at::Tensor& coef, const AdamWHyper& hyper);
 
+// 8-bit blockwise moments (optim/blockwise8_math.h): uint8 codes [n] and one fp32 absmax
+// per blockwise8::kBlock elements [n / kBlock] for each moment.
+struct Moments8bit {
+  at::Tensor exp_avg, exp_avg_sq;                // uint8 codes
+  at::Tensor exp_avg_absmax, exp_avg_sq_absmax;  // fp32
+};
+
+// One AdamW step with 8-bit moments, bitsandbytes' AdamW8bit arithmetic
+// (optim/blockwise8_math.h; not the fp32 step's): n a multiple of blockwise8::kBlock,
+// block k being elements [k·kBlock, (k+1)·kBlock). Weights, master, grads, accum and coef
+// as in adamw_step; without a master the weights are updated in place and, below fp32,
+// rounded before the weight decay as bitsandbytes stores them. CPU (optim/flat_adamw8bit.cpp)
+// and CUDA (optim/cuda/) agree bit for bit; there is no ATen fallback.
+void adamw8bit_step(const at::Tensor& weights, const at::Tensor& master, const Moments8bit& moments,
+                    const at::Tensor& grads, const at::Tensor& accum, const at::Tensor& coef,
+                    const AdamWHyper& hyper);
+
 // accum (fp32) += grads; grads = 0, in one pass.
 void accumulate(const at::Tensor& accum, const at::Tensor& grads);
 

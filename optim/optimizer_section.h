@@ -2,7 +2,15 @@
 // from YAML): AdamW's hyper-parameters and how its state is kept.
 #pragma once
 
+#include "common/enum_names.h"
+
 namespace fptrain::optim {
+
+// How AdamW keeps exp_avg and exp_avg_sq: full (fp32 with master weights, else the model
+// dtype), or 8-bit blockwise as bitsandbytes' AdamW8bit keeps them (a uint8 code per
+// element and an fp32 absmax per 256: 2 bytes per parameter instead of 8; its arithmetic,
+// optim/blockwise8_math.h).
+enum class Moments { kFull, k8bit };
 
 struct OptimizerSection {
   double lr = 2e-5;
@@ -20,6 +28,15 @@ struct OptimizerSection {
   // micro-batch and 4 bytes per parameter) instead of in the model dtype, in place.
   bool fp32_grad_accumulation = false;
   double grad_clip = 1.0;  // global L2 norm; 0 disables clipping
+  Moments moments = Moments::kFull;  // YAML: state_dtype: auto | int8
 };
 
 }  // namespace fptrain::optim
+
+namespace fptrain::common {
+template <>
+struct EnumNames<optim::Moments> {
+  static constexpr std::array<EnumEntry<optim::Moments>, 2> table = {
+      {{optim::Moments::kFull, "auto"}, {optim::Moments::k8bit, "int8"}}};
+};
+}  // namespace fptrain::common

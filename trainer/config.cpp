@@ -448,6 +448,12 @@ const std::vector<KeyDef>& key_defs() {
         [](TrainConfig& c) {
           return c.optimizer.split_masters ? YAML::Node("split") : YAML::Node(c.optimizer.master_weights);
         });
+    t.choice<optim::Moments>(
+        "optimizer.state_dtype",
+        "AdamW's exp_avg and exp_avg_sq: auto = fp32 with master weights, else the model dtype (8 bytes per "
+        "parameter with master weights); int8 = bitsandbytes' AdamW8bit blockwise 8-bit moments and its update "
+        "arithmetic (a uint8 code per element and an fp32 absmax per 256: about 2 bytes per parameter)",
+        MEMBER(optimizer.moments));
     t.boolean("optimizer.fp32_grad_accumulation",
               "with master weights: sum the micro-batches' gradients in fp32 (4 more bytes per parameter, one "
               "more pass per micro-batch) instead of in place in the model dtype",

@@ -7,9 +7,15 @@
 namespace fptrain::trainer {
 namespace {
 
-// Bytes per parameter of the optimizer state: fp32 master + two fp32 moments (split masters:
-// a 16-bit remainder for the master), or two moments in the model dtype.
-constexpr int64_t kMasterStateBytes = 12, kSplitMasterStateBytes = 10;
+// Bytes per parameter of the optimizer state: an fp32 master (split masters: a 16-bit
+// remainder) and two fp32 moments, or two moments in the model dtype; 8-bit moments are a
+// byte each and an fp32 absmax per optim::blockwise8::kBlock (256) elements each.
+constexpr int64_t kMasterBytes = 4, kSplitMasterBytes = 2, kFp32MomentBytes = 8;
+constexpr int64_t kMomentBlock = 256, kAbsmaxBytes = 4;
+
+int64_t moment_bytes_8bit(int64_t params) {
+  return 2 * params + 2 * kAbsmaxBytes * ((params + kMomentBlock - 1) / kMomentBlock);
+}
 // What may be taken before activations for a setting to count as fitting.
 constexpr int64_t kFitPercent = 90;
 
@@ -33,12 +39,13 @@ std::string fits(int64_t bytes, int64_t device_bytes) {
 }  // namespace
 
 int64_t full_tuning_state_bytes(int64_t params, int64_t dtype_bytes, bool master_weights, int64_t ranks,
-                                bool sharded, bool split) {
+                                bool sharded, bool split, bool moments_8bit) {
   const bool masters = master_weights && dtype_bytes < 4;
-  const int64_t state = !masters ? 2 * dtype_bytes : split && dtype_bytes == 2 ? kSplitMasterStateBytes
-                                                                                : kMasterStateBytes;
+  const int64_t master = !masters ? 0 : split && dtype_bytes == 2 ? kSplitMasterBytes : kMasterBytes;
+  const int64_t moments = moments_8bit ? moment_bytes_8bit(params)
+                                       : params * (masters ? kFp32MomentBytes : 2 * dtype_bytes);
   const int64_t shards = sharded && ranks > 1 ? ranks : 1;
-  return params * 2 * dtype_bytes + params * state / shards;
+  return params * 2 * dtype_bytes + (params * master + moments) / shards;
 }
 
 std::string setup_oom_message(const std::string& phase, const TrainConfig& config, const models::ModelConfig& model,
@@ -56,22 +63,32 @@ std::string setup_oom_message(const std::string& phase, const TrainConfig& confi
            std::to_string(8 * bytes) + " bits: use adapter.type: qlora (about " +
            common::gib_text(qlora_base_bytes(model, bytes)) + ") or a GPU with more memory.";
   } else {
-    const int64_t now = full_tuning_state_bytes(params, bytes, config.optimizer.master_weights, ranks, sharded,
-                                                config.optimizer.split_masters);
+    const optim::OptimizerSection& o = config.optimizer;
+    const bool eight = o.moments == optim::Moments::k8bit;
+    const int64_t now = full_tuning_state_bytes(params, bytes, o.master_weights, ranks, sharded, o.split_masters, eight);
     msg += "Full fine-tuning needs about " + common::gib_text(now) + " per rank for weights, gradients and "
            "optimizer state before any activation. Settings that need less:";
     std::vector<Option> options;
-    if (config.optimizer.master_weights && bytes == 2 && !config.optimizer.split_masters)
+    const bool can_split = o.master_weights && bytes == 2 && !o.split_masters;
+    if (can_split)
       options.push_back({"optimizer.master_weights: split (the same training, 2 bytes less per parameter)",
-                         full_tuning_state_bytes(params, bytes, true, ranks, sharded, /*split=*/true)});
-    if (config.optimizer.master_weights && bytes < 4)
+                         full_tuning_state_bytes(params, bytes, true, ranks, sharded, /*split=*/true, eight)});
+    if (!eight) {
+      options.push_back({"optimizer.state_dtype: int8 (bitsandbytes' AdamW8bit moments, about 2 bytes per parameter "
+                         "instead of " + std::to_string(o.master_weights && bytes < 4 ? kFp32MomentBytes : 2 * bytes) + ")",
+                         full_tuning_state_bytes(params, bytes, o.master_weights, ranks, sharded, o.split_masters, true)});
+      if (can_split)
+        options.push_back({"optimizer.master_weights: split and optimizer.state_dtype: int8 (fp32 masters, 8-bit moments)",
+                           full_tuning_state_bytes(params, bytes, true, ranks, sharded, true, true)});
+    }
+    if (o.master_weights && bytes < 4)
       options.push_back({"optimizer.master_weights: false (bf16 AdamW)",
-                         full_tuning_state_bytes(params, bytes, false, ranks, sharded)});
+                         full_tuning_state_bytes(params, bytes, false, ranks, sharded, false, eight)});
     for (int64_t more : {2, 4, 8})
       if (more > ranks)
         options.push_back({std::to_string(more) + " GPUs with the optimizer state sharded (torchrun --nproc_per_node " +
                                std::to_string(more) + ")",
-                           full_tuning_state_bytes(params, bytes, config.optimizer.master_weights, more, true)});
+                           full_tuning_state_bytes(params, bytes, o.master_weights, more, true, o.split_masters, eight)});
     options.push_back({"adapter.type: lora (a frozen base and small adapters)", params * bytes});
     options.push_back({"adapter.type: qlora (a 4-bit base)", qlora_base_bytes(model, bytes)});
     for (const Option& o : options) msg += "\n  - " + o.setting + ": about " + fits(o.bytes, device_bytes);

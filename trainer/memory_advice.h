@@ -14,9 +14,10 @@ namespace fptrain::trainer {
 // Bytes per rank of what set-up allocates for full fine-tuning of `params` parameters in
 // `dtype_bytes`-byte weights: weights and gradients, and the optimizer state (fp32 masters
 // and moments with master weights, the masters as 16-bit remainders when `split`, else
-// moments in the model dtype), split over `ranks` when sharded.
+// moments in the model dtype; with `moments_8bit` a byte per moment and an fp32 absmax per
+// 256), split over `ranks` when sharded.
 int64_t full_tuning_state_bytes(int64_t params, int64_t dtype_bytes, bool master_weights, int64_t ranks,
-                                bool sharded, bool split = false);
+                                bool sharded, bool split = false, bool moments_8bit = false);
 
 // The error's text: the phase, the estimate against `device_bytes` for weights of `dtype_bytes`,
 // the settings that need less with their sizes, and LibTorch's message.

@@ -289,10 +289,11 @@ StepRecord Run::train_step_or_explain_oom(const data::TrainStep& ts) {
     std::string also;
     if (config_.model.activation_checkpointing != Checkpointing::every(1)) also += ", or set model.activation_checkpointing: every_layer";
     if (config_.optimizer.master_weights)
-      also += ", or shard the fp32 master weights and moments over more GPUs (they hold 12 bytes per parameter) "
-              "or set optimizer.master_weights: " +
+      also += ", or shard the fp32 master weights and moments over more GPUs or set optimizer.master_weights: " +
               std::string(config_.optimizer.split_masters ? "" : "split (the same training, 2 bytes less) or ") +
               "false";
+    if (config_.optimizer.moments != optim::Moments::k8bit)
+      also += ", or set optimizer.state_dtype: int8 (about 2 bytes per parameter for both moments)";
     throw std::runtime_error(
         "out of memory in step " + std::to_string(step_ + 1) + " (largest micro-batch " + std::to_string(tokens) +
         " tokens). Lower batching.examples_per_micro_batch or batching.max_tokens (raise "
@@ -422,6 +423,11 @@ void Run::open_data(const std::optional<TrainingState>& state) {
 // A resumed run: the optimizer, RNG states, step and counters of the checkpoint.
 void Run::restore(const TrainingState& state) {
   optimizer_->load_state(state.optimizer, state.step, state.tensors_file.string());
+  const bool saved_8bit = std::any_of(state.optimizer.begin(), state.optimizer.end(),
+                                      [](const auto& t) { return t.first.rfind("exp_avg_codes.", 0) == 0; });
+  if (saved_8bit != optimizer_->moments_8bit())
+    log::info(saved_8bit ? "the checkpoint's 8-bit moments were dequantised (optimizer.state_dtype: auto)"
+                         : "the checkpoint's moments were quantised to 8 bits (optimizer.state_dtype: int8)");
   if (state.world_size != world())
     log::info("the checkpoint was written by " + std::to_string(state.world_size) + " rank(s); continuing on " +
               std::to_string(world()) + " (the data continues where it stopped; the global batch is now " +
@@ -476,7 +482,11 @@ void Run::log_set_up() {
   const nlohmann::json m = memory_per_rank();
   std::string plan = "memory of this rank after set-up: " + common::gib_text(m["weights_bytes"]) + " weights, " +
                      common::gib_text(m["gradients_bytes"]) + " gradients, " +
-                     common::gib_text(m["optimizer_state_bytes"]) + " optimizer state";
+                     common::gib_text(m["optimizer_state_bytes"]) + " optimizer state (" +
+                     common::gib_text(m["master_weights_bytes"]) + " master weights" +
+                     (optimizer_->split_masters() ? " as 16-bit remainders, " : ", ") +
+                     common::gib_text(m["moments_bytes"]) +
+                     (optimizer_->moments_8bit() ? " 8-bit moments with their absmax)" : " moments)");
   if (device_.device.is_cuda()) {
     const MemoryStats mem = memory_stats(device_.device);
     plan += " (" + common::gib_text(mem.peak_allocated_bytes) + " peak allocated); " +
@@ -631,10 +641,11 @@ nlohmann::json Run::memory_per_rank() const {
     if (model_.nf4) weights += model_.nf4->nbytes();
   }
   const int64_t grads = optimizer_->flat().grads().nbytes();
-  int64_t state = optimizer_->exp_avg().nbytes() + optimizer_->exp_avg_sq().nbytes();
-  if (optimizer_->master().defined()) state += optimizer_->master().nbytes();
+  const int64_t masters = optimizer_->master_bytes(), moments = optimizer_->moment_bytes();
+  int64_t state = masters + moments;
   if (optimizer_->accumulator().defined()) state += optimizer_->accumulator().nbytes();
-  nlohmann::json j = {{"weights_bytes", weights}, {"gradients_bytes", grads}, {"optimizer_state_bytes", state}};
+  nlohmann::json j = {{"weights_bytes", weights},       {"gradients_bytes", grads}, {"optimizer_state_bytes", state},
+                      {"master_weights_bytes", masters}, {"moments_bytes", moments}};
   if (device_.device.is_cuda()) {
     const MemoryStats m = memory_stats(device_.device);
     j["activations_and_workspace_peak_bytes"] = std::max<int64_t>(0, m.peak_allocated_bytes - weights - grads - state);

@@ -4,6 +4,7 @@
 #include "optim/cuda/flat_adamw_cuda.h"
 
 #include "common/cuda/torch_dtype.h"
+#include "optim/blockwise8.h"
 #include "optim/cuda/flat_adamw_kernels.h"
 
 #include <ATen/cuda/CUDAContext.h>
@@ -82,6 +83,29 @@ void adamw_step(const at::Tensor& weights, const at::Tensor& master, const at::T
   a.n = weights.numel();
   a.scalars = scalars;
   flat_adamw_step(a, at::cuda::getCurrentCUDAStream());
+}
+
+void adamw8bit_step(const at::Tensor& weights, const at::Tensor& master, const flat::Moments8bit& moments,
+                    const at::Tensor& grads, const at::Tensor& accum, const at::Tensor& coef,
+                    const blockwise8::Scalars& scalars) {
+  const c10::cuda::CUDAGuard guard(weights.device());
+  Step8Args a;
+  a.dtype = dtype_of(weights);
+  a.weights = weights.data_ptr();
+  const bool split = master.defined() && master.scalar_type() == at::kShort;
+  a.master = split ? nullptr : ptr_or_null<float>(master);
+  a.remainder = split ? reinterpret_cast<uint16_t*>(master.data_ptr<int16_t>()) : nullptr;
+  a.exp_avg = moments.exp_avg.data_ptr<uint8_t>();
+  a.exp_avg_sq = moments.exp_avg_sq.data_ptr<uint8_t>();
+  a.exp_avg_absmax = moments.exp_avg_absmax.data_ptr<float>();
+  a.exp_avg_sq_absmax = moments.exp_avg_sq_absmax.data_ptr<float>();
+  a.grads = grads.data_ptr();
+  a.accum = ptr_or_null<const float>(accum);
+  a.coef = ptr_or_null<const float>(coef);
+  a.n = weights.numel();
+  a.scalars = scalars;
+  a.books = blockwise8::code_books();
+  flat_adamw8bit_step(a, at::cuda::getCurrentCUDAStream());
 }
 
 void accumulate(const at::Tensor& accum, const at::Tensor& grads) {

@@ -3,6 +3,8 @@
 // CUDA device). Present only in builds with FPTRAIN_CUDA.
 #pragma once
 
+#include "optim/blockwise8_math.h"
+#include "optim/flat_adamw.h"
 #include "optim/flat_adamw_math.h"
 
 #include <ATen/ATen.h>
@@ -18,6 +20,9 @@ void grad_norm(const at::Tensor& grads, const at::Tensor& accum, double max_norm
 void adamw_step(const at::Tensor& weights, const at::Tensor& master, const at::Tensor& exp_avg,
                 const at::Tensor& exp_avg_sq, const at::Tensor& grads, const at::Tensor& accum,
                 const at::Tensor& coef, const flat::AdamWScalars& scalars);
+void adamw8bit_step(const at::Tensor& weights, const at::Tensor& master, const flat::Moments8bit& moments,
+                    const at::Tensor& grads, const at::Tensor& accum, const at::Tensor& coef,
+                    const blockwise8::Scalars& scalars);
 void accumulate(const at::Tensor& accum, const at::Tensor& grads);
 
 }  // namespace fptrain::optim::cuda

@@ -21,6 +21,11 @@ void adamw_step(const at::Tensor&, const at::Tensor&, const at::Tensor&, const a
   not_built();
 }
 
+void adamw8bit_step(const at::Tensor&, const at::Tensor&, const flat::Moments8bit&, const at::Tensor&,
+                    const at::Tensor&, const at::Tensor&, const blockwise8::Scalars&) {
+  not_built();
+}
+
 void accumulate(const at::Tensor&, const at::Tensor&) { not_built(); }
 
 }  // namespace fptrain::optim::cuda

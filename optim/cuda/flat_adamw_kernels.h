@@ -5,6 +5,7 @@
 #pragma once
 
 #include "common/cuda/dtype.h"
+#include "optim/blockwise8_math.h"
 #include "optim/flat_adamw_math.h"
 
 #include <cuda_runtime.h>
@@ -37,6 +38,28 @@ struct StepArgs {
   flat::AdamWScalars scalars;
 };
 void flat_adamw_step(const StepArgs& args, cudaStream_t stream);
+
+// One AdamW step with 8-bit blockwise moments (optim/blockwise8_math.h) over n elements,
+// n a multiple of blockwise8::kBlock: weights, master / remainder, grads, accum and coef as
+// in StepArgs; each moment as uint8 codes [n] into its book and an fp32 absmax per block
+// [n / kBlock]. One thread block of kBlock threads per block of elements at a time.
+struct Step8Args {
+  Dtype dtype = Dtype::kBFloat16;
+  void* weights = nullptr;
+  float* master = nullptr;
+  uint16_t* remainder = nullptr;
+  uint8_t* exp_avg = nullptr;
+  uint8_t* exp_avg_sq = nullptr;
+  float* exp_avg_absmax = nullptr;
+  float* exp_avg_sq_absmax = nullptr;
+  const void* grads = nullptr;
+  const float* accum = nullptr;
+  const float* coef = nullptr;
+  int64_t n = 0;
+  blockwise8::Scalars scalars;
+  blockwise8::CodeBooks books;  // 2 KiB, passed by value: every block copies it to shared memory
+};
+void flat_adamw8bit_step(const Step8Args& args, cudaStream_t stream);
 
 // The L2 norm of (accum + grads) over n elements, summed in fp32 per thread and
 // per block and in double across blocks, in a fixed order (deterministic), in

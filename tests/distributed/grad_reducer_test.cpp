@@ -80,8 +80,9 @@ struct Result {
   int64_t buckets = 0;
 };
 
-OptimizerSection optimizer(double clip) {
+OptimizerSection optimizer(double clip, Moments moments = Moments::kFull) {
   OptimizerSection o;
+  o.moments = moments;
   o.lr = 1e-2;
   o.weight_decay = 0.01;
   o.grad_clip = clip;
@@ -101,8 +102,8 @@ std::vector<std::pair<std::string, at::Tensor>> cloned_state(const AdamW& opt) {
 }
 
 // One process, no communicator: every rank's micro-batches of a step in rank order.
-Result train_alone(const Plan& plan, double clip) {
-  AdamW opt(names(), initial_params(), optimizer(clip), kAlignment);
+Result train_alone(const Plan& plan, double clip, Moments moments = Moments::kFull) {
+  AdamW opt(names(), initial_params(), optimizer(clip, moments), kAlignment);
   Result res;
   for (const auto& step : plan) {
     const double denominator = tokens_of_step(step);
@@ -118,7 +119,8 @@ Result train_alone(const Plan& plan, double clip) {
 
 // `world` ranks as threads, the trainer's step: backward of each micro-batch,
 // the reducer armed before the last one, finish(), norm, step.
-std::vector<Result> train_ranks(const Plan& plan, int world, bool shard, double clip) {
+std::vector<Result> train_ranks(const Plan& plan, int world, bool shard, double clip,
+                                Moments moments = Moments::kFull) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::vector<Result> results(world);
   std::vector<std::string> errors(world);
@@ -131,7 +133,7 @@ std::vector<Result> train_ranks(const Plan& plan, int world, bool shard, double 
         dp.comm = &comm;
         dp.shard = shard;
         dp.bucket_elements = kBucketElements;
-        AdamW opt(names(), initial_params(), optimizer(clip), kAlignment, dp);
+        AdamW opt(names(), initial_params(), optimizer(clip, moments), kAlignment, dp);
         GradReducer reducer(opt.flat(), comm, opt.sharded());
         Result& res = results[r];
         res.buckets = static_cast<int64_t>(opt.flat().layout().buckets().size());
@@ -158,10 +160,10 @@ std::vector<Result> train_ranks(const Plan& plan, int world, bool shard, double 
 }
 
 // The state of every rank (pieces of a sharded one) restored into one process.
-AdamW restore_alone(const std::vector<Result>& ranks, int64_t steps) {
+AdamW restore_alone(const std::vector<Result>& ranks, int64_t steps, Moments moments = Moments::kFull) {
   std::vector<std::pair<std::string, at::Tensor>> all;
   for (const auto& r : ranks) all.insert(all.end(), r.state.begin(), r.state.end());
-  AdamW opt(names(), initial_params(), optimizer(0), kAlignment);
+  AdamW opt(names(), initial_params(), optimizer(0, moments), kAlignment);
   opt.load_state(all, steps, "the ranks' state");
   return opt;
 }
@@ -223,6 +225,39 @@ TEST_P(GradReducerTest, AccumulationClippingAndAnIdleRankFollowOneProcess) {
     }
   }
 }
+
+// 8-bit moments (optimizer.state_dtype: int8): the layout's slices are whole blocks of 256, so a
+// sharded rank quantises exactly the blocks one process does: every bit equal, and the shards'
+// codes and absmax pieces restore into one process.
+class GradReducer8bitTest : public GradReducerTest {};
+
+TEST_P(GradReducer8bitTest, ShardedEightBitMomentsEqualOneProcessBitForBit) {
+  const auto [world, shard] = GetParam();
+  const Plan plan = make_plan(4, world, 1, false);
+  const Result alone = train_alone(plan, 0.0, Moments::k8bit);
+  const auto ranks = train_ranks(plan, world, shard, 0.0, Moments::k8bit);
+  for (int r = 0; r < world; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    ASSERT_TRUE(ranks[r].weights.defined());
+    EXPECT_TRUE(at::equal(ranks[r].weights, alone.weights))
+        << "max diff " << (ranks[r].weights - alone.weights).abs().max().item<double>();
+  }
+  AdamW restored = restore_alone(shard ? ranks : std::vector<Result>{ranks[0]}, 4, Moments::k8bit);
+  std::map<std::string, at::Tensor> expected(alone.state.begin(), alone.state.end());
+  size_t codes = 0;
+  for (const auto& [key, t] : restored.state()) {
+    ASSERT_TRUE(expected.count(key)) << key;
+    EXPECT_TRUE(at::equal(t, expected.at(key))) << key;
+    codes += key.rfind("exp_avg_codes.", 0) == 0;
+  }
+  EXPECT_EQ(codes, kShapes.size());
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldsAndSharding, GradReducer8bitTest,
+                         ::testing::Combine(::testing::Values(2, 3), ::testing::Bool()), [](const auto& info) {
+                           return "world" + std::to_string(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) ? "_sharded" : "_replicated");
+                         });
 
 INSTANTIATE_TEST_SUITE_P(WorldsAndSharding, GradReducerTest,
                          ::testing::Combine(::testing::Values(2, 3), ::testing::Bool()), [](const auto& info) {

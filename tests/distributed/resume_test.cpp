@@ -30,24 +30,25 @@ Outcome launch(const WorkDir& dir, const std::string& name, const std::string& l
 }
 
 // Stops `name` on `world` ranks after step 5 with its checkpoint.
-void stop_at_five(const WorkDir& dir, const std::string& name, int world) {
-  const Outcome o = launch(dir, name, name + "-first", world, on(world, {"training.stop_at_step=5"}));
+void stop_at_five(const WorkDir& dir, const std::string& name, int world, std::vector<std::string> more = {}) {
+  more.push_back("training.stop_at_step=5");
+  const Outcome o = launch(dir, name, name + "-first", world, on(world, more));
   EXPECT_NE(o.outputs[0].find("stopped by training.stop_at_step after step 5"), std::string::npos) << o.outputs[0];
   EXPECT_EQ(train_records(dir / name).size(), 5u);
   EXPECT_EQ(checkpoint_folders(dir / name), std::vector<fs::path>{checkpoint_of(dir / name, 5)});
 }
 
-TEST(DataParallelResume, StopAndResumeOnTwoRanksIsBitIdentical) {
-  WorkDir dir;
-  const auto straight = train_run(dir, "straight", 2, "tokens.jsonl", "", on(2));
+// A 2-rank run (`more` set) stopped after step 5 and resumed equals the straight run bit for bit.
+void expect_stop_and_resume_bit_identical(const WorkDir& dir, const std::vector<std::string>& more) {
+  const auto straight = train_run(dir, "straight", 2, "tokens.jsonl", "", on(2, more));
   ASSERT_EQ(straight.records.size(), 10u);
 
-  stop_at_five(dir, "resumed", 2);
+  stop_at_five(dir, "resumed", 2, more);
   const fs::path five = checkpoint_of(dir / "resumed", 5);
   EXPECT_TRUE(fs::exists(five / "training_state.rank0.safetensors"));
   EXPECT_TRUE(fs::exists(five / "training_state.rank1.safetensors"));
   // The same command again continues from step 5.
-  const Outcome second = launch(dir, "resumed", "resumed-second", 2, on(2));
+  const Outcome second = launch(dir, "resumed", "resumed-second", 2, on(2, more));
   EXPECT_NE(second.outputs[0].find("resumed from " + five.string() + " at step 5"), std::string::npos)
       << second.outputs[0];
   const auto resumed = train_records(dir / "resumed");
@@ -67,13 +68,28 @@ TEST(DataParallelResume, StopAndResumeOnTwoRanksIsBitIdentical) {
   EXPECT_TRUE(dir.leftovers().empty());
 }
 
+TEST(DataParallelResume, StopAndResumeOnTwoRanksIsBitIdentical) {
+  WorkDir dir;
+  expect_stop_and_resume_bit_identical(dir, {});
+}
+
+// 8-bit moments (optimizer.state_dtype: int8): each rank's file holds its shard's codes and absmax.
+TEST(DataParallelResume, EightBitMomentsStopAndResumeOnTwoRanksIsBitIdentical) {
+  WorkDir dir;
+  expect_stop_and_resume_bit_identical(dir, {"optimizer.state_dtype=int8"});
+  const std::string state = read_file(checkpoint_of(dir / "resumed", 10) / "training_state.rank1.safetensors");
+  EXPECT_NE(state.find("optimizer.exp_avg_sq_codes."), std::string::npos);
+  EXPECT_NE(state.find("optimizer.exp_avg_absmax."), std::string::npos);
+}
+
 // Resumes a copy of `from` (stopped at step 5) as `name` on `world` ranks; checks
 // it trains as the straight run and that the log says how the state was taken.
 void resume_copy_on(const WorkDir& dir, const fs::path& from, const std::string& name, int world,
-                    const TrainRun& straight, const std::vector<std::string>& says) {
+                    const TrainRun& straight, const std::vector<std::string>& says,
+                    const std::vector<std::string>& more = {}) {
   SCOPED_TRACE(name);
   fs::copy(from, dir / name, fs::copy_options::recursive);
-  const Outcome o = launch(dir, name, name, world, on(world));
+  const Outcome o = launch(dir, name, name, world, on(world, more));
   const std::string& log = o.outputs[0];
   EXPECT_NE(log.find("resumed from " + checkpoint_of(dir / name, 5).string() + " at step 5"), std::string::npos) << log;
   for (const auto& s : says) EXPECT_NE(log.find(s), std::string::npos) << "expected \"" << s << "\" in\n" << log;
@@ -104,6 +120,17 @@ TEST(DataParallelResume, TwoRankCheckpointResumesOnOneAndOnThreeRanks) {
   for (int r = 0; r < 3; ++r)
     EXPECT_TRUE(fs::exists(checkpoint_of(dir / "two_to_three", 10) / ("training_state.rank" + std::to_string(r) +
                                                                         ".safetensors")));
+}
+
+// 8-bit moments resharded: the codes and absmax pieces of 2 ranks' files restore on 3.
+TEST(DataParallelResume, EightBitMomentsOfTwoRanksResumeOnThree) {
+  WorkDir dir;
+  const std::vector<std::string> eight = {"optimizer.state_dtype=int8"};
+  const auto straight = train_run(dir, "straight", 2, "tokens.jsonl", "", on(2, eight));
+  ASSERT_EQ(straight.records.size(), 10u);
+  stop_at_five(dir, "from_two", 2, eight);
+  resume_copy_on(dir, dir / "from_two", "two_to_three", 3, straight,
+                 {"the checkpoint's optimizer state was sharded over 2 ranks; resharded for 3 ranks"}, eight);
 }
 
 TEST(DataParallelResume, OneProcessCheckpointResumesOnTwoRanks) {

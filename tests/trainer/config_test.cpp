@@ -172,6 +172,28 @@ TEST(TrainConfig, BadValuesNameTheKeyAndTheProblem) {
   }
 }
 
+TEST(TrainConfig, OptimizerMoments) {
+  EXPECT_EQ(parse_config("model:\n  path: m\n", "c.yaml").optimizer.moments, optim::Moments::kFull);
+  for (const char* masters : {"true", "split", "false"}) {  // 8-bit moments go with any master weights
+    TrainConfig c = parse_config(kFull, "full.yaml");
+    apply_override(c, std::string("optimizer.master_weights=") + masters);
+    apply_override(c, "optimizer.state_dtype=int8");
+    EXPECT_EQ(c.optimizer.moments, optim::Moments::k8bit);
+    EXPECT_NE(to_yaml(c).find("state_dtype: int8"), std::string::npos) << to_yaml(c);
+    EXPECT_EQ(to_yaml(parse_config(to_yaml(c), "resolved.yaml")), to_yaml(c));
+  }
+  TrainConfig c = parse_config("model:\n  path: m\n", "c.yaml");
+  apply_override(c, "optimizer.state_dtype=int8");
+  EXPECT_EQ(c.optimizer.moments, optim::Moments::k8bit);
+  for (const std::string bad : {"4bit", "fp32", "8"}) {
+    const std::string e = error_of([&] { parse_config("optimizer:\n  moments: " + bad + "\n", "bad.yaml"); });
+    EXPECT_NE(e.find("optimizer.moments: '" + bad + "' is not one of auto | int8"), std::string::npos) << e;
+    EXPECT_EQ(e.rfind("bad.yaml", 0), 0u) << e;
+  }
+  const std::string e = error_of([&] { apply_override(c, "optimizer.state_dtype=int16"); });
+  EXPECT_NE(e.find("optimizer.state_dtype: 'int16' is not one of auto | int8"), std::string::npos) << e;
+}
+
 TEST(TrainConfig, OverridesAreValidatedLikeTheFile) {
   TrainConfig c = parse_config("model:\n  path: m\n", "c.yaml");
   apply_override(c, "optimizer.lr=3e-4");

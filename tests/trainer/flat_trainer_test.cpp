@@ -1,7 +1,7 @@
 // The trainer with the flat-buffer optimizer: optimizer.fp32_grad_accumulation
 // changes how a bf16 model's micro-batches are summed, and both ways follow fp32;
 // optimizer.master_weights: split trains bit for bit as fp32 masters, resumes included;
-// training.deterministic.
+// optimizer.state_dtype: int8 trains and resumes bit for bit; training.deterministic.
 #include "tests/trainer/trainer_test_util.h"
 #include "trainer/config.h"
 #include "trainer/trainer.h"
@@ -118,6 +118,56 @@ TEST(TrainFlatOptimizer, DeterministicRunsTheSameStepsAndRestoresTheFlag) {
                                                         "output_dir=" + (dir / "inproc").string()});
   (void)train(config);
   EXPECT_EQ(at::globalContext().deterministicAlgorithms(), before);
+}
+
+// 8-bit moments with split masters: a run stopped at step 4 and resumed is the same run (the
+// checkpoint holds the codes and absmax), and the log says what the state is.
+TEST(TrainFlatOptimizer, EightBitMomentsResumeBitForBit) {
+  TempDir dir;
+  const std::string extra =
+      "batching:\n  examples_per_micro_batch: 2\n  grad_accumulation: 2\n"
+      "optimizer:\n  lr: 2.0e-3\n  grad_clip: 1.0\n  weight_decay: 0.1\n  master_weights: split\n  state_dtype: int8\n"
+      "training:\n  max_steps: 8\n"
+      "logging:\n  log_interval: 1\n";
+  auto run = [&](const std::string& name, const std::vector<std::string>& sets, bool ok = true) {
+    const std::string cfg = dir.write(name + ".yaml", base_config(dir / name, "tokens.jsonl", extra));
+    std::vector<std::string> args = {"train", cfg, "--set", "model.dtype=bfloat16"};
+    for (const auto& s : sets) {
+      args.push_back("--set");
+      args.push_back(s);
+    }
+    const CommandResult r = run_fptrain(args);
+    EXPECT_EQ(r.exit_code == 0, ok) << r.output;
+    return r;
+  };
+  const CommandResult whole = run("whole", {});
+  EXPECT_NE(whole.output.find("8-bit moments (bitsandbytes' AdamW8bit)"), std::string::npos) << whole.output;
+  EXPECT_NE(whole.output.find("8-bit moments with their absmax"), std::string::npos) << whole.output;
+  run("resumed", {"training.stop_at_step=4"});
+  run("resumed", {});
+  const auto a = train_records(dir / "whole"), b = train_records(dir / "resumed");
+  ASSERT_EQ(a.size(), 8u);
+  ASSERT_EQ(b.size(), 8u);
+  for (size_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(b[i]["loss"].get<double>(), a[i]["loss"].get<double>()) << "step " << i + 1;
+    EXPECT_EQ(b[i]["grad_norm"].get<double>(), a[i]["grad_norm"].get<double>()) << "step " << i + 1;
+  }
+  EXPECT_LT(a[7]["loss"].get<double>(), a[0]["loss"].get<double>());
+  for (const char* file : {"model.safetensors", "training_state.safetensors"})
+    EXPECT_TRUE(read_file(dir / "resumed/checkpoints/step-00000008" / file) ==
+                read_file(dir / "whole/checkpoints/step-00000008" / file))
+        << file;
+  const std::string state = read_file(dir / "whole/checkpoints/step-00000008/training_state.safetensors");
+  EXPECT_NE(state.find("optimizer.exp_avg_codes."), std::string::npos);
+  EXPECT_NE(state.find("optimizer.exp_avg_sq_absmax."), std::string::npos);
+  // A run may switch: full moments until step 4, then 8-bit ones quantised from them.
+  run("switched", {"optimizer.state_dtype=auto", "training.stop_at_step=4"});
+  const CommandResult switched = run("switched", {});
+  EXPECT_NE(switched.output.find("the checkpoint's moments were quantised to 8 bits"), std::string::npos)
+      << switched.output;
+  EXPECT_EQ(train_records(dir / "switched").size(), 8u);
+  const CommandResult bad = run("bad", {"optimizer.state_dtype=int4"}, /*ok=*/false);
+  EXPECT_NE(bad.output.find("optimizer.state_dtype: 'int4' is not one of auto | int8"), std::string::npos) << bad.output;
 }
 
 }  // namespace

@@ -19,6 +19,47 @@ TEST(MemoryAdvice, StateBytesPerRank) {
   EXPECT_EQ(full_tuning_state_bytes(n, 2, true, 4, false), n * 16);             // replicated
   EXPECT_EQ(full_tuning_state_bytes(n, 4, true, 1, true), n * (4 + 4 + 8));    // fp32 weights take no masters
   EXPECT_EQ(full_tuning_state_bytes(n, 2, true, 1, true, true), n * (2 + 2 + 2 + 8));  // split masters
+  // 8-bit moments: a byte each and an fp32 absmax per 256 elements each (1000: 4 blocks).
+  const int64_t absmax = 2 * 4 * 4;
+  EXPECT_EQ(full_tuning_state_bytes(n, 2, true, 1, true, true, true), n * (2 + 2 + 2 + 2) + absmax);
+  EXPECT_EQ(full_tuning_state_bytes(n, 2, true, 1, true, false, true), n * (2 + 2 + 4 + 2) + absmax);
+  EXPECT_EQ(full_tuning_state_bytes(n, 2, false, 1, true, false, true), n * (2 + 2 + 2) + absmax);
+  EXPECT_EQ(full_tuning_state_bytes(n, 2, true, 4, true, true, true), n * 4 + (n * 4 + absmax) / 4);
+}
+
+// Llama-3-8B with fp32 masters on one 80 GB GPU: only split masters with 8-bit moments fit
+// (2 + 2 + 2 + 2 bytes per parameter and the absmax: 8.03 bytes; bf16 AdamW fits too).
+TEST(MemoryAdvice, SuggestsEightBitMomentsForAnEightBModel) {
+  models::ModelConfig model;
+  model.architecture = "LlamaForCausalLM";
+  model.vocab_size = 128256;
+  model.hidden_size = 4096;
+  model.intermediate_size = 14336;
+  model.num_hidden_layers = 32;
+  model.num_attention_heads = 32;
+  model.num_key_value_heads = 8;
+  model.head_dim = 128;
+  TrainConfig config;
+  const std::string msg = setup_oom_message("allocating the optimizer state", config, model, 2, 1, 80 * kGiB, "");
+  EXPECT_NE(msg.find("8030M parameters"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("about 119.66 GiB per rank"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("optimizer.master_weights: split (the same training, 2 bytes less per parameter): about "
+                     "104.70 GiB\n"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("optimizer.state_dtype: int8 (bitsandbytes' AdamW8bit moments, about 2 bytes per parameter instead "
+                     "of 8): about 75.02 GiB\n"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("optimizer.master_weights: split and optimizer.state_dtype: int8 (fp32 masters, 8-bit moments): "
+                     "about 60.06 GiB (fits"),
+            std::string::npos)
+      << msg;
+  config.optimizer.split_masters = true;
+  config.optimizer.moments = optim::Moments::k8bit;
+  const std::string now = setup_oom_message("allocating the optimizer state", config, model, 2, 1, 80 * kGiB, "");
+  EXPECT_NE(now.find("about 60.06 GiB per rank"), std::string::npos) << now;
+  EXPECT_EQ(now.find("optimizer.state_dtype: int8"), std::string::npos) << now;
 }
 
 // A Llama-2-7B shape with fp32 masters on one 80 GB GPU: 100.41 GiB, what fptrain's set-up measured

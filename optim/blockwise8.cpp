@@ -1,0 +1,96 @@
+// Compiled with -ffp-contract=off (optim/CMakeLists.txt): quantisation must round as the
+// step does (optim/blockwise8_math.h).
+#include "optim/blockwise8.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace fptrain::optim::blockwise8 {
+namespace {
+
+// create_dynamic_map's defaults, as AdamW8bit calls it (optim/optimizer.py fill_qmap).
+constexpr int kMaxExponentBits = 7;
+constexpr int kNonSignBits = 7;  // total_bits 8 less the sign
+
+}  // namespace
+
+at::Tensor dynamic_map(bool is_signed) {
+  // For each exponent i, the midpoints of a fp32 linspace(0.1, 1) scaled by 10^(i - 6) in fp32,
+  // as the Python computes them with torch ops; then 0 and 1, sorted. With 7 exponent bits there
+  // are no "additional items" (2^(7 - 7) - 1 = 0), and no gap to fill: 256 values.
+  std::vector<float> data;
+  for (int i = 0; i < kMaxExponentBits; ++i) {
+    const int64_t items = (int64_t{1} << (i + kNonSignBits - kMaxExponentBits + (is_signed ? 0 : 1))) + 1;
+    const at::Tensor bounds = at::linspace(0.1, 1.0, items, at::kFloat);
+    const at::Tensor means = (bounds.slice(0, 0, items - 1) + bounds.slice(0, 1, items)) / 2.0;
+    const at::Tensor scaled = (means * std::pow(10.0, -(kMaxExponentBits - 1) + i)).contiguous();
+    const float* p = scaled.data_ptr<float>();
+    for (int64_t k = 0; k < scaled.numel(); ++k) {
+      data.push_back(p[k]);
+      if (is_signed) data.push_back(-p[k]);  // the negated scale gives exactly the negated product
+    }
+  }
+  data.push_back(0.0f);
+  data.push_back(1.0f);
+  if (data.size() != kCodes)
+    throw std::logic_error("blockwise8: the dynamic map has " + std::to_string(data.size()) + " values");
+  std::sort(data.begin(), data.end());
+  return at::tensor(data, at::kFloat);
+}
+
+const CodeBooks& code_books() {
+  static const CodeBooks books = [] {
+    CodeBooks b;
+    const at::Tensor m = dynamic_map(true), v = dynamic_map(false);
+    std::copy_n(m.data_ptr<float>(), kCodes, b.exp_avg);
+    std::copy_n(v.data_ptr<float>(), kCodes, b.exp_avg_sq);
+    return b;
+  }();
+  return books;
+}
+
+std::pair<at::Tensor, at::Tensor> quantize(const at::Tensor& values, bool exp_avg) {
+  if (values.dim() != 1 || values.scalar_type() != at::kFloat)
+    throw std::invalid_argument("blockwise8::quantize: expected a 1-D fp32 tensor");
+  const at::Tensor x = values.cpu().contiguous();
+  const int64_t n = x.numel(), blocks = (n + kBlock - 1) / kBlock;
+  at::Tensor codes = at::empty({n}, x.options().dtype(at::kByte));
+  at::Tensor absmax = at::empty({blocks}, x.options());
+  const float* src = x.data_ptr<float>();
+  uint8_t* c = codes.data_ptr<uint8_t>();
+  float* a = absmax.data_ptr<float>();
+  const float* book = exp_avg ? code_books().exp_avg : code_books().exp_avg_sq;
+  at::parallel_for(0, blocks, 64, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t lo = b * kBlock, hi = std::min(n, lo + kBlock);
+      float top = -FLT_MAX;  // as the step folds it
+      for (int64_t i = lo; i < hi; ++i) top = max_abs(top, src[i]);
+      a[b] = top;
+      for (int64_t i = lo; i < hi; ++i)
+        c[i] = exp_avg ? quantize_signed(book, src[i], top) : quantize_unsigned(book, src[i], top);
+    }
+  });
+  return {codes.to(values.device()), absmax.to(values.device())};
+}
+
+at::Tensor dequantize(const at::Tensor& codes, const at::Tensor& absmax, bool exp_avg, int64_t first) {
+  if (codes.dim() != 1 || codes.scalar_type() != at::kByte || absmax.scalar_type() != at::kFloat || first < 0 ||
+      absmax.numel() < (first + codes.numel() + kBlock - 1) / kBlock)
+    throw std::invalid_argument("blockwise8::dequantize: expected uint8 codes and an fp32 absmax per block");
+  const at::Tensor c = codes.cpu().contiguous(), a = absmax.cpu().contiguous().reshape({-1});
+  at::Tensor out = at::empty({c.numel()}, a.options());
+  const uint8_t* cp = c.data_ptr<uint8_t>();
+  const float* ap = a.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  const float* book = exp_avg ? code_books().exp_avg : code_books().exp_avg_sq;
+  for (int64_t i = 0; i < c.numel(); ++i) o[i] = dequantize(book, cp[i], ap[(first + i) / kBlock]);
+  return out.to(codes.device());
+}
+
+}  // namespace fptrain::optim::blockwise8
