@@ -189,6 +189,9 @@ def main():
     ap.add_argument("--qlora", action="store_true",
                     help="with --lora: the base in 4-bit NF4 with double quantisation (bitsandbytes, bf16 compute), "
                          "prepared as QLoRA recipes do (peft.prepare_model_for_kbit_training)")
+    ap.add_argument("--optim", choices=["adamw", "adamw8bit"], default="adamw",
+                    help="torch.optim.AdamW (fused on CUDA), or bitsandbytes' AdamW8bit (8-bit blockwise moments: "
+                         "how a full 8B fine-tune fits one 80 GB card with transformers)")
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-shuffle", action="store_true",
@@ -297,7 +300,12 @@ def main():
     trained = [p for p in model.parameters() if p.requires_grad]
     net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank] if use_cuda else None) \
         if distributed else model
-    opt = torch.optim.AdamW(trained, lr=a.lr, fused=use_cuda)
+    if a.optim == "adamw8bit":
+        import bitsandbytes as bnb
+        opt = bnb.optim.AdamW8bit(trained, lr=a.lr)
+        attn_label += " + bitsandbytes AdamW8bit"
+    else:
+        opt = torch.optim.AdamW(trained, lr=a.lr, fused=use_cuda)
 
     def sync():
         if use_cuda:

@@ -15,7 +15,9 @@
 # also profiles fptrain's auto run (steps 6-8: $OUT/profile-<shape>.md). FPTRAIN_FAMILY_ADAPTER=qlora: the
 # same on a 4-bit NF4 base on both sides (the peer: bitsandbytes, whose wheel goes in .whl/ as well);
 # FPTRAIN_FAMILY_NF4_CHECKPOINT=1 makes that base a 4-bit checkpoint both sides read as stored (how a
-# 70B fits the disk: FPTRAIN_FAMILY_SHAPES=llama3-70b).
+# 70B fits the disk: FPTRAIN_FAMILY_SHAPES=llama3-70b). FPTRAIN_FAMILY_OPTIM=adamw8bit: full fine-tuning with
+# 8-bit AdamW moments on both sides (fptrain: optimizer.state_dtype int8 with split or no masters; the peer:
+# bitsandbytes' AdamW8bit + Liger), the way a full 8B fits one 80 GB card.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD_DIR=${FPTRAIN_BUILD_DIR:-$ROOT/build-gpu}
@@ -101,6 +103,12 @@ for shape in $SHAPES; do
     hf "$shape" hf-peft-$a-fa2-ckpt
     hf "$shape" hf-peft-$a-liger-nockpt --liger --no-checkpointing
     hf "$shape" hf-peft-$a-liger-ckpt --liger
+  elif [ "${FPTRAIN_FAMILY_OPTIM:-}" = adamw8bit ]; then  # full fine-tuning at 8-bit moments on both sides
+    fp "$shape" fptrain-split-int8-auto auto split "--set optimizer.state_dtype=int8"
+    fp "$shape" fptrain-split-int8-ckpt every_layer split "--set optimizer.state_dtype=int8"
+    fp "$shape" fptrain-bf16-int8-auto auto false "--set optimizer.state_dtype=int8"
+    hf "$shape" hf-liger-8bit-ckpt --liger --optim adamw8bit
+    hf "$shape" hf-liger-8bit-nockpt --liger --no-checkpointing --optim adamw8bit
   else
     fp "$shape" fptrain-auto auto true
     fp "$shape" fptrain-auto-bf16-adamw auto false
