@@ -172,7 +172,7 @@ TEST(TrainConfig, BadValuesNameTheKeyAndTheProblem) {
   }
 }
 
-TEST(TrainConfig, OptimizerMoments) {
+TEST(TrainConfig, OptimizerStateDtype) {
   EXPECT_EQ(parse_config("model:\n  path: m\n", "c.yaml").optimizer.moments, optim::Moments::kFull);
   for (const char* masters : {"true", "split", "false"}) {  // 8-bit moments go with any master weights
     TrainConfig c = parse_config(kFull, "full.yaml");
@@ -186,8 +186,8 @@ TEST(TrainConfig, OptimizerMoments) {
   apply_override(c, "optimizer.state_dtype=int8");
   EXPECT_EQ(c.optimizer.moments, optim::Moments::k8bit);
   for (const std::string bad : {"4bit", "fp32", "8"}) {
-    const std::string e = error_of([&] { parse_config("optimizer:\n  moments: " + bad + "\n", "bad.yaml"); });
-    EXPECT_NE(e.find("optimizer.moments: '" + bad + "' is not one of auto | int8"), std::string::npos) << e;
+    const std::string e = error_of([&] { parse_config("optimizer:\n  state_dtype: " + bad + "\n", "bad.yaml"); });
+    EXPECT_NE(e.find("optimizer.state_dtype: '" + bad + "' is not one of auto | int8"), std::string::npos) << e;
     EXPECT_EQ(e.rfind("bad.yaml", 0), 0u) << e;
   }
   const std::string e = error_of([&] { apply_override(c, "optimizer.state_dtype=int16"); });
