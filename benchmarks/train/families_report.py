@@ -9,6 +9,15 @@ import os
 import sys
 
 
+def steps_text(runs):
+    """The runs' steps: 5 unmeasured + steps_measured each (families.sh's FPTRAIN_FAMILY_STEPS)."""
+    steps = sorted({r["steps_measured"] + 5 for r in runs if "steps_measured" in r})
+    if not steps:
+        return "30 steps"
+    return (f"{steps[0]} steps" if len(steps) == 1
+            else " or ".join(str(n) for n in steps) + " steps (calls differed)")
+
+
 def main():
     out, files = sys.argv[1], sys.argv[2:]
     runs = []
@@ -29,8 +38,8 @@ def main():
     date = datetime.date.today().isoformat()
     md = [f"# Families against transformers, one {device} ({date})", "",
           "Random-init shapes, bf16, FLAN-like data, flatten, 4 examples per micro-batch in file order, "
-          "30 steps (first 5 not measured); tokens/s are non-padding tokens, MFU = 6 N tokens/s / 989 TFLOP/s "
-          "(`benchmarks/train/families.sh`).", ""]
+          f"{steps_text(runs)} (the first 5 not measured); tokens/s are non-padding tokens, "
+          "MFU = 6 N tokens/s / 989 TFLOP/s (`benchmarks/train/families.sh`).", ""]
     if any("lora" in r["name"] for r in runs):
         md[-1:-1] = ["", "LoRA / QLoRA rows: r 16, alpha 32, all seven projections, base frozen; MFU still counts "
                      "6 N per token as full fine-tuning does (a LoRA step skips the base's weight gradients: ~4 N)."]
