@@ -36,6 +36,7 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <limits>
 #include <stdexcept>
 #include <unordered_map>
@@ -100,6 +101,10 @@ class OutputDirLock {
 class DeterministicScope {
  public:
   void enable() {
+    // cuBLAS is repeatable only with a fixed workspace configuration; ATen checks this variable on
+    // every GEMM under the flag and would warn each time. Handles made from now on (the backward's
+    // thread makes its own) take it; a user's own value stays.
+    setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
     previous_ = at::globalContext().deterministicAlgorithms();
     previous_warn_only_ = at::globalContext().deterministicAlgorithmsWarnOnly();
     at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
