@@ -12,6 +12,7 @@
 #   torch-fa2                  hopper vs torch-fa2, bf16     two flash attention kernels
 #   padding                    flatten vs pad, hopper        our packing against padded batches
 #   backward                   atomic vs deterministic dQ    training.deterministic's atomic-free dQ pass
+#   optimizer                  fp32 vs int8 moments          optimizer.state_dtype: int8 (bitsandbytes' AdamW8bit)
 #
 #   study.sh [--smoke]     OUT, FPTRAIN_BUILD_DIR as scripts/gpu-check.sh sets them
 # --smoke: a few steps of the test preset on the CPU (reference attention; the hopper and torch-fa2
@@ -48,10 +49,11 @@ for seed in 0 1; do
     --corpus "$data" > "$WORK/init-$seed.log" 2>&1 || { tail -5 "$WORK/init-$seed.log"; exit 1; }
 done
 
-# run NAME MODEL_SEED ATTENTION DTYPE MODE [TRAINING_KEYS]: trained in segments of EVERY steps (training.stop_at_step;
+# run NAME MODEL_SEED ATTENTION DTYPE MODE [KEY=VALUE...]: trained in segments of EVERY steps (training.stop_at_step;
 # each resume is bit-identical), the weights of each segment's end copied to weights/step-N.
 run() {
-  local name=$1 dir=$WORK/run-$1 step
+  local name=$1 dir=$WORK/run-$1 step sets=() kv
+  for kv in "${@:6}"; do sets+=(--set "$kv"); done  # the pair's own settings
   [ -f "$dir/.done" ] && { say "$name: kept from an earlier call"; return 0; }
   cat > "$WORK/$name.yaml" <<YAML
 model: {path: $WORK/model-$2, dtype: $4, attention: $3, activation_checkpointing: none}
@@ -59,7 +61,7 @@ data: {train: $data, max_length: 1024, shuffle: true}
 batching: {mode: $5, examples_per_micro_batch: $PER_MICRO_BATCH}
 optimizer: {lr: 3.0e-4, weight_decay: 0.1, grad_clip: 1.0}
 schedule: {warmup_steps: $(( STEPS / 20 )), decay: cosine, min_lr: 3.0e-5}
-training: {max_steps: $STEPS, seed: 0${6:+, $6}}
+training: {max_steps: $STEPS, seed: 0}
 logging: {log_interval: $EVERY}
 checkpoint: {keep_last: 1}
 output_dir: $dir
@@ -67,7 +69,7 @@ device: $DEVICE
 YAML
   for (( step = EVERY; step <= STEPS; step += EVERY )); do
     [ -d "$dir/weights/step-$(printf %08d "$step")" ] && continue
-    "$FPTRAIN" train "$WORK/$name.yaml" --set "training.stop_at_step=$step" >> "$WORK/$name.log" 2>&1 ||
+    "$FPTRAIN" train "$WORK/$name.yaml" "${sets[@]}" --set "training.stop_at_step=$step" >> "$WORK/$name.log" 2>&1 ||
       { say "FAILED $name at step $step"; tail -5 "$WORK/$name.log"; return 1; }
     local ckpt
     ckpt=$(ls -d "$dir"/checkpoints/step-* | tail -1)
@@ -84,7 +86,8 @@ run fp32 0 reference float32 flatten
 run seed1 1 "$FAST" bfloat16 flatten
 run fa2 0 "$FA2" bfloat16 flatten
 run pad 0 "$FAST" bfloat16 pad
-run det 0 "$FAST" bfloat16 flatten "deterministic: true"
+run det 0 "$FAST" bfloat16 flatten training.deterministic=true
+run int8 0 "$FAST" bfloat16 flatten optimizer.state_dtype=int8
 
 rows=$WORK/distances.jsonl
 : > "$rows"
@@ -98,5 +101,6 @@ pair "random init: seed 0 vs seed 1" base seed1
 pair "flash kernels: hopper vs torch-fa2" base fa2
 pair "batching: flatten vs pad" base pad
 pair "backward: atomic vs deterministic dQ" base det
+pair "optimizer: fp32 vs 8-bit moments" base int8
 "$PYTHON" benchmarks/numerics/study_report.py "$rows" --out "$OUT" --steps "$STEPS" --preset "$PRESET" \
   --device "$( [ "$DEVICE" = cuda ] && nvidia-smi --query-gpu=name --format=csv,noheader | head -1 || echo cpu)"
