@@ -12,7 +12,8 @@
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "fptrain fine-tunes Llama, Mistral and Granite models on instruction data with padding-free packing.\n"
+      "fptrain fine-tunes Llama, Mistral, Granite, Qwen2/2.5, Qwen3, Phi-3, Gemma 2 and Gemma 3 models on\n"
+      "instruction data with padding-free packing: full fine-tuning, LoRA or QLoRA, on one GPU or many.\n"
       "Configuration keys: docs/configuration.md; examples: configs/.",
       "fptrain"};
   app.set_version_flag("--version", std::string("fptrain ") + FPTRAIN_VERSION);
