@@ -165,13 +165,32 @@ Tensors norm_inputs(const NormCase& c, at::ScalarType dtype) {
   return in;
 }
 
-TEST(FusedRmsNorm, ReferenceForwardIsTheModelsComputationBitForBit) {
-  at::manual_seed(1);
+// The same mathematics entirely in fp64 (rms_norm.cpp computes in fp32 even
+// for fp64 inputs, as transformers does, so its own differences would be fp32 noise).
+Tensors exact_norm(const Tensors& in, double scale) {
+  auto norm = [](const at::Tensor& s, const at::Tensor& w) {
+    return w * (s * at::rsqrt(s.pow(2).mean(-1, /*keepdim=*/true) + kEps));
+  };
+  if (scale == 0) return {norm(in[0], in[1])};
+  const at::Tensor sum = in[0] + in[1] * scale;
+  return {sum, norm(sum, in[2])};
+}
+
+// A norm's forms under test: the op (reference path), the model's ATen operations, the same
+// mathematics in fp64, and its inputs ({x, w} or {x, update, w}).
+struct NormForm {
+  Tensors (*fused)(const Tensors&, double);
+  Tensors (*model)(const Tensors&, double);
+  Tensors (*exact)(const Tensors&, double);
+  Tensors (*inputs)(const NormCase&, at::ScalarType);
+};
+
+void expect_forward_bit_for_bit(const NormForm& f) {
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
     for (const NormCase& c : kNormCases) {
       SCOPED_TRACE(label(c) + " " + c10::toString(dtype));
-      const Tensors in = norm_inputs(c, dtype);
-      const Tensors got = fused_norm(in, c.scale), want = model_norm(in, c.scale);
+      const Tensors in = f.inputs(c, dtype);
+      const Tensors got = f.fused(in, c.scale), want = f.model(in, c.scale);
       ASSERT_EQ(got.size(), want.size());
       for (size_t i = 0; i < got.size(); ++i) {
         EXPECT_EQ(got[i].sizes(), want[i].sizes());
@@ -180,6 +199,38 @@ TEST(FusedRmsNorm, ReferenceForwardIsTheModelsComputationBitForBit) {
       }
     }
   }
+}
+
+// In bf16, judged against fp64: at most as far as autograd's bf16 gradients of the model's
+// operations (x 1.5, plus a floor below bf16's resolution).
+void expect_bf16_gradients_as_accurate_as_autograd(const NormForm& f, const char* name) {
+  for (const NormCase& c : {NormCase{{64, 256}, 0}, NormCase{{64, 256}, 1}, NormCase{{33, 200}, 0.25}}) {
+    SCOPED_TRACE(label(c));
+    const Tensors in = f.inputs(c, at::kBFloat16);
+    Tensors upstream = {randn(c.shape, at::kBFloat16)};
+    if (c.scale != 0) upstream.insert(upstream.begin(), randn(c.shape, at::kBFloat16));
+    Tensors in64, up64;
+    for (const auto& t : in) in64.push_back(t.to(at::kDouble));
+    for (const auto& t : upstream) up64.push_back(t.to(at::kDouble));
+    const Tensors a = leaves(in), b = leaves(in), e = leaves(in64);
+    const Tensors ours = grads_of(f.fused(a, c.scale), upstream, a);
+    const Tensors autograd = grads_of(f.model(b, c.scale), upstream, b);
+    const Tensors exact = grads_of(f.exact(e, c.scale), up64, e);
+    for (size_t i = 0; i < ours.size(); ++i) {
+      EXPECT_EQ(ours[i].scalar_type(), at::kBFloat16);
+      const double o = rel_err(ours[i], exact[i]), r = rel_err(autograd[i], exact[i]);
+      EXPECT_LE(o, 1.5 * r + 0.1 / 256) << "gradient " << i << ": ours " << o << ", autograd " << r;
+      std::printf("[%s reference bf16 cpu %s] gradient %zu rel err vs fp64: %.3g (autograd of the model's ops: %.3g)\n",
+                  name, label(c).c_str(), i, o, r);
+    }
+  }
+}
+
+const NormForm kLlamaNorm{fused_norm, model_norm, exact_norm, norm_inputs};
+
+TEST(FusedRmsNorm, ReferenceForwardIsTheModelsComputationBitForBit) {
+  at::manual_seed(1);
+  expect_forward_bit_for_bit(kLlamaNorm);
 }
 
 TEST(FusedRmsNorm, GradientsEqualAutogradOfTheModelsOperations) {
@@ -213,17 +264,6 @@ TEST(FusedRmsNorm, GradientsEqualAutogradOfTheModelsOperations) {
   std::printf("[fused_rms_norm reference fp32 cpu] gradients vs autograd of the model's ops: max rel err %.3g\n", worst);
 }
 
-// The same mathematics entirely in fp64 (rms_norm.cpp computes in fp32 even
-// for fp64 inputs, as transformers does, so its own differences would be fp32 noise).
-Tensors exact_norm(const Tensors& in, double scale) {
-  auto norm = [](const at::Tensor& s, const at::Tensor& w) {
-    return w * (s * at::rsqrt(s.pow(2).mean(-1, /*keepdim=*/true) + kEps));
-  };
-  if (scale == 0) return {norm(in[0], in[1])};
-  const at::Tensor sum = in[0] + in[1] * scale;
-  return {sum, norm(sum, in[2])};
-}
-
 TEST(FusedRmsNorm, GradientsMatchFiniteDifferencesInFp64) {
   at::manual_seed(3);
   for (const NormCase& c : {NormCase{{3, 8}, 0}, NormCase{{2, 3, 5}, 0}, NormCase{{3, 8}, 1}, NormCase{{4, 6}, 0.25}}) {
@@ -242,30 +282,10 @@ TEST(FusedRmsNorm, GradientsMatchFiniteDifferencesInFp64) {
 // gradient, the input gradient before the residual's is added), but sum in
 // another order and form the weight gradient from fp32 products (autograd
 // rounds each product to bf16 before the sum): judged against fp64, as the
-// GPU suite judges the kernels, they must be at most as far as autograd's
-// bf16 gradients (x 1.5, plus a floor below bf16's resolution).
+// GPU suite judges the kernels.
 TEST(FusedRmsNorm, Bf16GradientsAsAccurateAsAutogradsOwn) {
   at::manual_seed(11);
-  for (const NormCase& c : {NormCase{{64, 256}, 0}, NormCase{{64, 256}, 1}, NormCase{{33, 200}, 0.25}}) {
-    SCOPED_TRACE(label(c));
-    const Tensors in = norm_inputs(c, at::kBFloat16);
-    Tensors upstream = {randn(c.shape, at::kBFloat16)};
-    if (c.scale != 0) upstream.insert(upstream.begin(), randn(c.shape, at::kBFloat16));
-    Tensors in64, up64;
-    for (const auto& t : in) in64.push_back(t.to(at::kDouble));
-    for (const auto& t : upstream) up64.push_back(t.to(at::kDouble));
-    const Tensors a = leaves(in), b = leaves(in), e = leaves(in64);
-    const Tensors ours = grads_of(fused_norm(a, c.scale), upstream, a);
-    const Tensors autograd = grads_of(model_norm(b, c.scale), upstream, b);
-    const Tensors exact = grads_of(exact_norm(e, c.scale), up64, e);
-    for (size_t i = 0; i < ours.size(); ++i) {
-      EXPECT_EQ(ours[i].scalar_type(), at::kBFloat16);
-      const double o = rel_err(ours[i], exact[i]), r = rel_err(autograd[i], exact[i]);
-      EXPECT_LE(o, 1.5 * r + 0.1 / 256) << "gradient " << i << ": ours " << o << ", autograd " << r;
-      std::printf("[fused_rms_norm reference bf16 cpu %s] gradient %zu rel err vs fp64: %.3g (autograd of the model's "
-                  "ops: %.3g)\n", label(c).c_str(), i, o, r);
-    }
-  }
+  expect_bf16_gradients_as_accurate_as_autograd(kLlamaNorm, "fused_rms_norm");
 }
 
 TEST(FusedRmsNorm, OnlyWhatRequiresGradGetsAGradient) {
@@ -427,20 +447,11 @@ Tensors gemma_norm_inputs(const NormCase& c, at::ScalarType dtype) {
   return in;
 }
 
+const NormForm kGemmaNorm{fused_gemma_norm, model_gemma_norm, exact_gemma_norm, gemma_norm_inputs};
+
 TEST(FusedGemmaRmsNorm, ReferenceForwardIsTheCompositionBitForBit) {
   at::manual_seed(21);
-  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
-    for (const NormCase& c : kNormCases) {
-      SCOPED_TRACE(label(c) + " " + c10::toString(dtype));
-      const Tensors in = gemma_norm_inputs(c, dtype);
-      const Tensors got = fused_gemma_norm(in, c.scale), want = model_gemma_norm(in, c.scale);
-      ASSERT_EQ(got.size(), want.size());
-      for (size_t i = 0; i < got.size(); ++i) {
-        EXPECT_EQ(got[i].scalar_type(), dtype);
-        EXPECT_TRUE(at::equal(got[i], want[i])) << "output " << i;
-      }
-    }
-  }
+  expect_forward_bit_for_bit(kGemmaNorm);
 }
 
 TEST(FusedGemmaRmsNorm, GradientsEqualAutogradOfTheComposition) {
@@ -475,24 +486,7 @@ TEST(FusedGemmaRmsNorm, GradientsEqualAutogradOfTheComposition) {
 // gradient's cast in Gemma's fp32 chain); its sums run in another order.
 TEST(FusedGemmaRmsNorm, Bf16GradientsAsAccurateAsAutogradsOwn) {
   at::manual_seed(23);
-  for (const NormCase& c : {NormCase{{64, 256}, 0}, NormCase{{64, 256}, 1}, NormCase{{33, 200}, 0.25}}) {
-    SCOPED_TRACE(label(c));
-    const Tensors in = gemma_norm_inputs(c, at::kBFloat16);
-    Tensors upstream = {randn(c.shape, at::kBFloat16)};
-    if (c.scale != 0) upstream.insert(upstream.begin(), randn(c.shape, at::kBFloat16));
-    Tensors in64, up64;
-    for (const auto& t : in) in64.push_back(t.to(at::kDouble));
-    for (const auto& t : upstream) up64.push_back(t.to(at::kDouble));
-    const Tensors a = leaves(in), b = leaves(in), e = leaves(in64);
-    const Tensors ours = grads_of(fused_gemma_norm(a, c.scale), upstream, a);
-    const Tensors autograd = grads_of(model_gemma_norm(b, c.scale), upstream, b);
-    const Tensors exact = grads_of(exact_gemma_norm(e, c.scale), up64, e);
-    for (size_t i = 0; i < ours.size(); ++i) {
-      EXPECT_EQ(ours[i].scalar_type(), at::kBFloat16);
-      const double o = rel_err(ours[i], exact[i]), r = rel_err(autograd[i], exact[i]);
-      EXPECT_LE(o, 1.5 * r + 0.1 / 256) << "gradient " << i << ": ours " << o << ", autograd " << r;
-    }
-  }
+  expect_bf16_gradients_as_accurate_as_autograd(kGemmaNorm, "fused_gemma_rms_norm");
 }
 
 TEST(FusedGeglu, ReferenceEqualsGeluTanhTimesUpBitForBitForwardAndBackward) {

@@ -15,6 +15,21 @@ namespace {
 
 using namespace testing;
 
+// `fptrain train` of a bf16 model in dir/name with the config's `extra` sections and `--set`s;
+// expects it to succeed, or to fail when !ok.
+CommandResult train_bf16(const TempDir& dir, const std::string& name, const std::string& extra,
+                         const std::vector<std::string>& sets, bool ok) {
+  const std::string cfg = dir.write(name + ".yaml", base_config(dir / name, "tokens.jsonl", extra));
+  std::vector<std::string> args = {"train", cfg, "--set", "model.dtype=bfloat16"};
+  for (const auto& s : sets) {
+    args.push_back("--set");
+    args.push_back(s);
+  }
+  CommandResult r = run_fptrain(args);
+  EXPECT_EQ(r.exit_code == 0, ok) << r.output;
+  return r;
+}
+
 TEST(TrainFlatOptimizer, Fp32GradAccumulationSumsInFp32AndBothFollowFp32) {
   TempDir dir;
   const std::string extra =
@@ -62,15 +77,7 @@ TEST(TrainFlatOptimizer, SplitMastersTrainAsFp32MastersBitForBit) {
       "training:\n  max_steps: 8\n"
       "logging:\n  log_interval: 1\n";
   auto run = [&](const std::string& name, const std::vector<std::string>& sets, bool ok = true) {
-    const std::string cfg = dir.write(name + ".yaml", base_config(dir / name, "tokens.jsonl", extra));
-    std::vector<std::string> args = {"train", cfg, "--set", "model.dtype=bfloat16"};
-    for (const auto& s : sets) {
-      args.push_back("--set");
-      args.push_back(s);
-    }
-    const CommandResult r = run_fptrain(args);
-    EXPECT_EQ(r.exit_code == 0, ok) << r.output;
-    return r;
+    return train_bf16(dir, name, extra, sets, ok);
   };
   run("fp32", {"optimizer.master_weights=true"});
   const CommandResult split = run("split", {"optimizer.master_weights=split"});
@@ -130,15 +137,7 @@ TEST(TrainFlatOptimizer, EightBitMomentsResumeBitForBit) {
       "training:\n  max_steps: 8\n"
       "logging:\n  log_interval: 1\n";
   auto run = [&](const std::string& name, const std::vector<std::string>& sets, bool ok = true) {
-    const std::string cfg = dir.write(name + ".yaml", base_config(dir / name, "tokens.jsonl", extra));
-    std::vector<std::string> args = {"train", cfg, "--set", "model.dtype=bfloat16"};
-    for (const auto& s : sets) {
-      args.push_back("--set");
-      args.push_back(s);
-    }
-    const CommandResult r = run_fptrain(args);
-    EXPECT_EQ(r.exit_code == 0, ok) << r.output;
-    return r;
+    return train_bf16(dir, name, extra, sets, ok);
   };
   const CommandResult whole = run("whole", {});
   EXPECT_NE(whole.output.find("8-bit moments (bitsandbytes' AdamW8bit)"), std::string::npos) << whole.output;

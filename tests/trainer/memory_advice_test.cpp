@@ -11,6 +11,20 @@ namespace {
 
 constexpr int64_t kGiB = int64_t{1} << 30;
 
+// A Llama shape of hidden 4096, 32 layers and 32 heads of 128.
+models::ModelConfig llama_shape(int64_t vocab, int64_t intermediate, int64_t kv_heads) {
+  models::ModelConfig model;
+  model.architecture = "LlamaForCausalLM";
+  model.vocab_size = vocab;
+  model.hidden_size = 4096;
+  model.intermediate_size = intermediate;
+  model.num_hidden_layers = 32;
+  model.num_attention_heads = 32;
+  model.num_key_value_heads = kv_heads;
+  model.head_dim = 128;
+  return model;
+}
+
 TEST(MemoryAdvice, StateBytesPerRank) {
   const int64_t n = 1000;
   EXPECT_EQ(full_tuning_state_bytes(n, 2, true, 1, true), n * (2 + 2 + 12));   // bf16 + fp32 masters, moments
@@ -30,15 +44,7 @@ TEST(MemoryAdvice, StateBytesPerRank) {
 // Llama-3-8B with fp32 masters on one 80 GB GPU: only split masters with 8-bit moments fit
 // (2 + 2 + 2 + 2 bytes per parameter and the absmax: 8.03 bytes; bf16 AdamW fits too).
 TEST(MemoryAdvice, SuggestsEightBitMomentsForAnEightBModel) {
-  models::ModelConfig model;
-  model.architecture = "LlamaForCausalLM";
-  model.vocab_size = 128256;
-  model.hidden_size = 4096;
-  model.intermediate_size = 14336;
-  model.num_hidden_layers = 32;
-  model.num_attention_heads = 32;
-  model.num_key_value_heads = 8;
-  model.head_dim = 128;
+  const models::ModelConfig model = llama_shape(128256, 14336, 8);  // Llama-3-8B
   TrainConfig config;
   const std::string msg = setup_oom_message("allocating the optimizer state", config, model, 2, 1, 80 * kGiB, "");
   EXPECT_NE(msg.find("8030M parameters"), std::string::npos) << msg;
@@ -66,15 +72,7 @@ TEST(MemoryAdvice, SuggestsEightBitMomentsForAnEightBModel) {
 // on one H200 (benchmarks/packing/results/7b_1gpu_h200_2026-11-23/logs: "device memory after
 // set-up: 100.41 GiB"); bf16 AdamW or two ranks fit before activations.
 TEST(MemoryAdvice, NamesTheSettingsThatFit) {
-  models::ModelConfig model;
-  model.architecture = "LlamaForCausalLM";
-  model.vocab_size = 32000;
-  model.hidden_size = 4096;
-  model.intermediate_size = 11008;
-  model.num_hidden_layers = 32;
-  model.num_attention_heads = 32;
-  model.num_key_value_heads = 32;
-  model.head_dim = 128;
+  const models::ModelConfig model = llama_shape(32000, 11008, 32);  // Llama-2-7B
   TrainConfig config;
   const std::string msg = setup_oom_message("allocating the optimizer state", config, model, 2, 1, 80 * kGiB,
                                             "CUDA out of memory.");
