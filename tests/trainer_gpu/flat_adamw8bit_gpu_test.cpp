@@ -7,9 +7,9 @@
 //  - against bitsandbytes' AdamW8bit itself (tests/trainer_gpu/bnb_adamw8bit.py, run here on
 //    the GPU) over five steps. Not bit for bit: bitsandbytes builds with --use_fast_math, so
 //    its divisions, square roots and bias-correction powers are approximate and subnormals
-//    flush to zero, where ours are IEEE-rounded (optim/blockwise8_math.h); its absmax and
-//    weights are expected within a few ulp and its codes equal except near a midpoint between
-//    two codes, one code apart.
+//    flush to zero, where ours are IEEE-rounded (optim/blockwise8_math.h); its absmax is
+//    expected within a few ulp, its weights within a few ulp plus the drift of its approximate
+//    bias corrections, and its codes equal except near a midpoint between codes.
 #include "models/safetensors.h"
 #include "optim/adamw.h"
 #include "optim/blockwise8.h"
@@ -129,18 +129,25 @@ TEST(TrainFlatAdamW8bitGpu, AdamWOnCudaEqualsAdamWOnCpu) {
   o.split_masters = true;
   o.moments = Moments::k8bit;
   AdamW cpu(names, cpu_params, o), gpu(names, gpu_params, o);
+  // Two micro-batches a step (the fp32 accumulator); no clipping: the two devices sum the norm in
+  // different orders, so a clip coefficient would differ in its last bits (the kernel's clipped
+  // step is held bit for bit above, with one coefficient for both).
   for (int t = 0; t < 3; ++t) {
-    at::manual_seed(100 + t);
-    {
+    for (int mb = 0; mb < 2; ++mb) {
+      at::manual_seed(100 + 2 * t + mb);
       c10::NoGradGuard no_grad;
       for (size_t i = 0; i < shapes.size(); ++i) {
         const at::Tensor g = at::randn(shapes[i]).to(at::kBFloat16) * 3;
         cpu_params[i].grad().add_(g);
         gpu_params[i].grad().add_(g.to(kCuda));
       }
+      if (mb == 0) {
+        cpu.accumulate_gradients();
+        gpu.accumulate_gradients();
+      }
     }
-    cpu.grad_norm(1.0);
-    gpu.grad_norm(1.0);
+    const float cn = cpu.grad_norm(0.0).item<float>(), gn = gpu.grad_norm(0.0).item<float>();
+    EXPECT_NEAR(gn, cn, 1e-6 * cn);
     cpu.step(1e-2);
     gpu.step(1e-2);
   }
@@ -158,6 +165,15 @@ at::Tensor ulps(const at::Tensor& a, const at::Tensor& b) {
   };
   return (ordered(a) - ordered(b)).abs();
 }
+
+// bitsandbytes computes 1 - beta^t with __powf (ex2.approx of lg2.approx: ~1.6e-7 absolute
+// error in the power), so its sqrt(1 - beta2^t) at beta2 0.999, t 1 is off by ~6e-5 relative and
+// every element's step with it; ours is correctly rounded. 1e-3 of lr per step bounds that drift
+// with margin and still catches a misplaced eps, bias correction or decay (each O(lr) or more).
+constexpr double kBiasCorrectionDrift = 1e-3;
+// A code may move by more than one where the signed map is dense (near zero): bitsandbytes
+// divides by absmax with __fdividef and its absmax itself may differ by a few ulp.
+constexpr int kMaxCodeSteps = 3;
 
 TEST(TrainFlatAdamW8bitGpu, FollowsBitsandbytesAdamW8bit) {
   require_kernels();
@@ -203,17 +219,21 @@ TEST(TrainFlatAdamW8bitGpu, FollowsBitsandbytesAdamW8bit) {
         const at::Tensor want_c = get(p + "state" + k).to(at::kInt);
         const at::Tensor got_c = (k == "1" ? q.exp_avg : q.exp_avg_sq).narrow(0, 0, n).cpu().to(at::kInt);
         const at::Tensor diff = (want_c - got_c).abs();
-        EXPECT_LE(diff.max().item<int>(), 1) << "state" << k;
+        EXPECT_LE(diff.max().item<int>(), kMaxCodeSteps) << "state" << k;
         EXPECT_GE(diff.eq(0).to(at::kDouble).mean().item<double>(), 0.999) << "state" << k;
         const at::Tensor got_a = (k == "1" ? q.exp_avg_absmax : q.exp_avg_sq_absmax).cpu();
         EXPECT_LE(ulps(got_a, get(p + "absmax" + k)).max().item<int64_t>(), 64) << "absmax" << k;
       }
-      // The weights: within a few ulp (bf16: equal) nearly everywhere. Where a code went the other
-      // way at a midpoint the update differs more, by up to the whole step where exp_avg_sq's code
-      // is 0 on one side (8-bit AdamW's large steps for values below the map's smallest code).
+      // The weights: bf16 equal nearly everywhere; fp32 within 8 ulp plus the drift of the bias
+      // corrections (kBiasCorrectionDrift of lr per step so far). Where a code went the other way
+      // at a midpoint the update differs more, by up to the whole step where exp_avg_sq's code is
+      // 0 on one side (8-bit AdamW's large steps for values below the map's smallest code).
+      const bool bf16 = name.rfind("bf16", 0) == 0;
       const at::Tensor u = ulps(got_w, want_w);
-      EXPECT_GE(u.le(name.rfind("bf16", 0) == 0 ? 0 : 8).to(at::kDouble).mean().item<double>(), 0.999)
-          << "max ulps " << u.max().item<int64_t>();
+      const at::Tensor drift = (got_w - want_w).abs().to(at::kDouble);
+      const at::Tensor close = bf16 ? u.eq(0) : u.le(8).logical_or(drift.le(kBiasCorrectionDrift * h.lr * (s + 1)));
+      EXPECT_GE(close.to(at::kDouble).mean().item<double>(), 0.999)
+          << "max ulps " << u.max().item<int64_t>() << ", max |dw| " << drift.max().item<double>();
     }
   }
 }
