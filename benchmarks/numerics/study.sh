@@ -18,7 +18,8 @@
 #   study.sh [--smoke]     OUT, FPTRAIN_BUILD_DIR as scripts/gpu-check.sh sets them
 # --smoke: a few steps of the test preset on the CPU (reference attention; the hopper and torch-fa2
 # runs become reference runs), the plumbing only. Knobs: FPTRAIN_NUMERICS_STEPS (default 2000),
-# FPTRAIN_NUMERICS_EVERY (steps between kept weights, default 200), FPTRAIN_NUMERICS_WORK (work
+# FPTRAIN_NUMERICS_EVERY (steps between kept weights, default 200), FPTRAIN_NUMERICS_EXAMPLES_PER_STEP
+# (default 16), FPTRAIN_NUMERICS_WORK (work
 # folder, default /tmp/fptrain-numerics; finished runs are kept and not run again),
 # FPTRAIN_NUMERICS_RUNS (the runs this call trains, default all: parallel calls on separate GPUs split
 # them), FPTRAIN_NUMERICS_REPORT (0: train only), FPTRAIN_NUMERICS_RANKS (ranks of the "ranks" pair's
@@ -35,7 +36,7 @@ PYTHON=/opt/torch/.venv/bin/python
 [ -x "$PYTHON" ] || PYTHON=$ROOT/.venv/bin/python
 STEPS=${FPTRAIN_NUMERICS_STEPS:-2000}
 EVERY=${FPTRAIN_NUMERICS_EVERY:-200}
-PRESET=study DEVICE=cuda EXAMPLES=0 PER_MICRO_BATCH=16 FAST=hopper FA2=torch-fa2
+PRESET=study DEVICE=cuda EXAMPLES=0 PER_MICRO_BATCH=${FPTRAIN_NUMERICS_EXAMPLES_PER_STEP:-16} FAST=hopper FA2=torch-fa2
 if [ "${1:-}" = --smoke ]; then
   STEPS=4 EVERY=2 PRESET=test DEVICE=cpu EXAMPLES=200 PER_MICRO_BATCH=4 FAST=reference FA2=reference
 fi
