@@ -4,7 +4,8 @@
 # micro-batch, examples in file order on both sides (so every run times the same
 # tokens), 30 steps, the first 5 not measured.
 #   fptrain       auto checkpointing, fp32 masters (its default) and bf16 AdamW (the peer's optimizer);
-#                 selective and every-layer checkpointing with bf16 AdamW (its speed at the peer's memory)
+#                 selective, every-layer and no checkpointing with bf16 AdamW (its speed at the peer's
+#                 memory; none: the peer's no-checkpointing setting)
 #   transformers  + FA2 varlen (DataCollatorWithFlattening) with checkpointing;
 #                 + Liger Kernel (apply_liger_kernel_to_<family>) without, and with, checkpointing
 # Liger travels as a wheel in .whl/. Writes $OUT/families.{json,md} (families_report.py).
@@ -114,6 +115,7 @@ for shape in $SHAPES; do
     fp "$shape" fptrain-auto-bf16-adamw auto false
     fp "$shape" fptrain-selective-bf16-adamw selective false  # its best at the peer's memory
     fp "$shape" fptrain-ckpt-bf16-adamw every_layer false
+    fp "$shape" fptrain-none-bf16-adamw none false  # the peer's no-checkpointing setting, equal memory terms
     hf "$shape" hf-fa2-ckpt
     hf "$shape" hf-liger-nockpt --liger --no-checkpointing
     hf "$shape" hf-liger-ckpt --liger
