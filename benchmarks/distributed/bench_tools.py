@@ -50,6 +50,11 @@ def read_records(run):
     return read_metrics(run)[0]
 
 
+# summary.json's memory_per_rank keys, by the buffer kind a memory table shows (hf_ddp.py reports the same kinds).
+MEMORY_KINDS = {"weights": "weights_bytes", "gradients": "gradients_bytes", "optimizer_state": "optimizer_state_bytes",
+                "rest_of_peak": "activations_and_workspace_peak_bytes"}
+
+
 def fptrain_run(a):
     recs = read_records(a.run)
     s = json.load(open(os.path.join(a.run, "summary.json")))
@@ -69,8 +74,11 @@ def fptrain_run(a):
         for line in open(log, errors="replace"):
             if "tensor collectives: " in line:
                 transfers = line.split("tensor collectives: ", 1)[1].strip()
+    m = s.get("memory_per_rank", {})  # per buffer kind; the rest of the peak is activations and workspace
+    memory = {kind: m[key] / GIB for kind, key in MEMORY_KINDS.items() if key in m} or None
     print(json.dumps({
         "name": a.name, "impl": "fptrain", "world_size": world, "attention": s.get("attention"),
+        "memory_gib": memory,
         "transfers": transfers,
         "tokens_per_s": tps, "tokens_per_s_per_gpu": tps / world,
         "steps_measured": sum(r["steps_in_record"] for r in steady),

@@ -167,6 +167,18 @@ def count_tokens(batch):
     return real, total - real, supervised
 
 
+def buffer_kinds(model, trained, opt, peak_bytes):
+    """This rank's memory by buffer kind (GiB), as fptrain's summary counts it: the parameters as stored
+    (bitsandbytes' packed 4-bit ones at their real size), one gradient per trained parameter, the
+    optimizer's state tensors, and the rest of the allocator's peak (activations and workspace)."""
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    grads = sum(p.numel() * p.element_size() for p in trained)
+    state = sum(t.numel() * t.element_size() for st in opt.state.values() for t in st.values() if torch.is_tensor(t))
+    kinds = {"weights": weights, "gradients": grads, "optimizer_state": state,
+             "rest_of_peak": max(0.0, peak_bytes - weights - grads - state)}
+    return {k: v / 2**30 for k, v in kinds.items()}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True)
@@ -388,9 +400,10 @@ def main():
         dist.all_reduce(stats, op=dist.ReduceOp.MAX)  # slowest rank's time, largest peak
         stats[0] = tok_sum[0]
     global_tokens, seconds, peak_alloc, peak_res = stats.tolist()
+    memory = buffer_kinds(model, trained, opt, peak_alloc) if use_cuda else None
     if rank == 0:
         tps = global_tokens / seconds
-        out = {"name": a.name, "impl": "transformers+ddp" if distributed else "transformers",
+        out = {"memory_gib": memory,"name": a.name, "impl": "transformers+ddp" if distributed else "transformers",
                "mode": "pad" if a.pad else "flatten",
                "world_size": world, "attention": attn_label, "tokens_per_s": tps,
                "tokens_per_s_per_gpu": tps / world, "steps_measured": a.steps - a.warmup,

@@ -18,6 +18,25 @@ def steps_text(runs):
             else " or ".join(str(n) for n in steps) + " steps (calls differed)")
 
 
+KINDS = ("weights", "gradients", "optimizer_state", "rest_of_peak")
+
+
+def memory_table(rows, shape):
+    """Each run's peak split by buffer kind (runs that report it: bench_tools.py fptrain-run, hf_ddp.py)."""
+    rows = [r for r in rows if r.get("memory_gib")]
+    if not rows:
+        return []
+    md = ["", "Peak memory by buffer kind, GiB (rest: the peak less the other three, i.e. activations and "
+              "workspace; gradients counted whole, as if all were held at the peak):", "",
+          "| run | weights | gradients | optimizer state | rest of the peak | peak allocated |",
+          "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        m = r["memory_gib"]
+        md.append(f"| {r['name'][len(shape) + 1:]} | " + " | ".join(f"{m.get(k, float('nan')):.1f}" for k in KINDS) +
+                  f" | {r['peak_allocated_gib']:.1f} |")
+    return md
+
+
 def main():
     out, files = sys.argv[1], sys.argv[2:]
     runs = []
@@ -55,6 +74,7 @@ def main():
         for r in rows:
             md.append(f"| {r['name'][len(shape) + 1:]} | {r['tokens_per_s']:,.0f} | {100 * r['mfu']:.1f}% | "
                       f"{r['peak_allocated_gib']:.1f} |")
+        md += memory_table(rows, shape)
         ours = [r for r in rows if r["impl"] == "fptrain"]
         peers = [r for r in rows if r["impl"] != "fptrain"]
         if ours and peers:
