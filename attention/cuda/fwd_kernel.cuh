@@ -1,9 +1,9 @@
 // Forward kernel: warp-specialized, TMA-fed, wgmma mainloop.
 //
 // Warpgroup 0 is the producer: one thread draws (tile, head) items heaviest first from the
-// scheduler's counter and streams Q (two stages) and K/V blocks (two stages) into shared
-// memory with bulk tensor copies, each stage guarded by a full/empty mbarrier pair.
-// Warpgroups 1 and 2 are consumers, 64 query rows each, BM = 128, BN = 128:
+// scheduler's counter and streams Q (two stages; one at D = 256) and K/V blocks (two stages)
+// into shared memory with bulk tensor copies, each stage guarded by a full/empty mbarrier pair.
+// Warpgroups 1 and 2 are consumers, 64 query rows each, BM = 128, BN = 128 (64 at D = 256):
 //   S_n = Q K_n^T (wgmma SS)  ->  online softmax in registers  ->  O += P_n V_n (wgmma RS).
 // Two overlaps hide the softmax: within a warpgroup, S_n is issued together with
 // P_{n-1} V_{n-1}, so the exponentials of block n run while that product is in flight; and
@@ -36,10 +36,13 @@ struct FwdTraits {
   static_assert(kBlockM == 128, "two consumer warpgroups x 64 rows");
   using QTile = SlabTile<kBlockM, D>;
   using KVTile = SlabTile<kBlockN, D>;
-  static constexpr int kStages = 2;
+  static constexpr int kQStages = fwd_q_stages(D);
+  static constexpr int kKvStages = 2;
   static constexpr int kBarrierBytes = 64 + 2 * kItemSlotInts * 4;  // 8 mbarriers + 2 item slots
-  // Q[2], K[2], V[2], barriers, plus slack to align to the 1024-byte swizzle pattern.
-  static constexpr int kSmemBytes = kStages * (QTile::kBytes + 2 * KVTile::kBytes) + kBarrierBytes + 1024;
+  // Q[kQStages], K[2], V[2], barriers, plus slack to align to the 1024-byte swizzle pattern.
+  static constexpr int kSmemBytes =
+      kQStages * QTile::kBytes + kKvStages * 2 * KVTile::kBytes + kBarrierBytes + 1024;
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory of one CTA");
   static constexpr int kConsumerWarps = 8;
   static constexpr int kConsumerThreads = 256;
 };
@@ -48,9 +51,9 @@ struct FwdTensorMaps {
   CUtensorMap q, k, v;  // [T, H, D] viewed as (D, H, T), boxes of 64 x 1 x 128, 128B swizzle
 };
 
-// Shared memory of one CTA: Q[2], K[2], V[2] as slab tiles from a 1024-byte aligned base,
-// then 8-byte mbarriers q_full[2], q_empty[2], kv_full[2], kv_empty[2], then per Q stage the
-// item the producer decoded (publish_item).
+// Shared memory of one CTA: Q[kQStages], K[2], V[2] as slab tiles from a 1024-byte aligned
+// base, then 8-byte mbarriers q_full[2], q_empty[2], kv_full[2], kv_empty[2] (the Q ones used
+// up to kQStages), then per Q stage the item the producer decoded (publish_item).
 template <int D>
 struct FwdSmem {
   using QTile = typename FwdTraits<D>::QTile;
@@ -60,7 +63,7 @@ struct FwdSmem {
 
   __device__ __forceinline__ explicit FwdSmem(unsigned char* smem) {
     q0 = (smem_addr(smem) + 1023) & ~1023u;
-    k0 = q0 + 2 * QTile::kBytes;
+    k0 = q0 + FwdTraits<D>::kQStages * QTile::kBytes;
     v0 = k0 + 2 * KVTile::kBytes;
     bar = v0 + 2 * KVTile::kBytes;
     items = reinterpret_cast<volatile int*>(smem + (bar + 64 - smem_addr(smem)));
@@ -80,13 +83,13 @@ __device__ __forceinline__ void fwd_producer(const FwdParams& p, const FwdTensor
   using Tr = FwdTraits<D>;
   using QTile = typename Tr::QTile;
   using KVTile = typename Tr::KVTile;
-  constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, SLABS = D / 64;
+  constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, SLABS = D / 64, QS = Tr::kQStages;
   const VarlenShape& sh = p.shape;
   int q_iter = 0, kv_iter = 0;
   for (;;) {
     const int item = atomicAdd(p.tiles.next_item, 1);
-    const int qs = q_iter & 1;
-    mbar_wait(sm.q_empty(qs), ((q_iter >> 1) & 1) ^ 1);
+    const int qs = q_iter % QS;
+    mbar_wait(sm.q_empty(qs), ((q_iter / QS) & 1) ^ 1);
     if (item >= num_items) {
       sm.item_slot(qs)[0] = -1;
       mbar_arrive(sm.q_full(qs));
@@ -311,8 +314,8 @@ __device__ __forceinline__ void fwd_consumer(const FwdParams& p, const FwdSmem<D
 
   int q_iter = 0, kv_iter = 0;
   for (;;) {
-    const int qs = q_iter & 1;
-    mbar_wait(sm.q_full(qs), (q_iter >> 1) & 1);
+    const int qs = q_iter % Tr::kQStages;
+    mbar_wait(sm.q_full(qs), (q_iter / Tr::kQStages) & 1);
     volatile int* slot = sm.item_slot(qs);
     const int item = slot[0];
     if (item < 0) break;

@@ -77,7 +77,7 @@ CUtensorMap packed_tensor_map(const void* base, int tokens, int heads, int head_
 template <typename T, int D, bool kSoftcap>
 void run_fwd_typed(FwdParams& p, cudaStream_t stream) {
   using Tr = FwdTraits<D>;
-  launch_tile_scheduler(p.shape, TileKind::QueryBlocks, Tr::kBlockM, Tr::kBlockN, p.tiles, stream);
+  launch_tile_scheduler(p.shape, TileKind::QueryBlocks, Tr::kBlockM, Tr::kBlockN, pack_max_len(D), p.tiles, stream);
   FwdTensorMaps maps;
   const VarlenShape& s = p.shape;
   maps.q = packed_tensor_map<T>(p.q, s.total_tokens, s.heads_q, D, Tr::kBlockM);
@@ -103,7 +103,7 @@ void run_bwd_typed(BwdParams& p, cudaStream_t stream) {
   bwd_dsum_kernel<T, D><<<unsigned(dsum_blocks), 256, 0, stream>>>(p);
   check_cuda(cudaGetLastError(), "backward dsum kernel launch");
 
-  launch_tile_scheduler(s, TileKind::KeyBlocks, Tr::kBlockM, Tr::kBlockN, p.kv_tiles, stream);
+  launch_tile_scheduler(s, TileKind::KeyBlocks, Tr::kBlockM, Tr::kBlockN, pack_max_len(D), p.kv_tiles, stream);
   BwdTensorMaps maps;
   maps.q = packed_tensor_map<T>(p.q, s.total_tokens, s.heads_q, D, Tr::kBlockM);
   maps.dout = packed_tensor_map<T>(p.dout, s.total_tokens, s.heads_q, D, Tr::kBlockM);
@@ -119,7 +119,7 @@ void run_bwd_typed(BwdParams& p, cudaStream_t stream) {
   if (p.deterministic) {
     launch_dkdv(bwd_dkdv_kernel<T, D, false, kSoftcap>);
     using Dq = DqTraits<D>;
-    launch_tile_scheduler(s, TileKind::QueryBlocks, Dq::kBlockM, Dq::kBlockN, p.q_tiles, stream);
+    launch_tile_scheduler(s, TileKind::QueryBlocks, Dq::kBlockM, Dq::kBlockN, pack_max_len(D), p.q_tiles, stream);
     auto dq_kernel = bwd_dq_kernel<T, D, kSoftcap>;
     set_smem(dq_kernel, Dq::kSmemBytes);
     p.num_ctas_q = persistent_ctas(dq_kernel, Dq::kThreads, Dq::kSmemBytes, p.q_tiles.capacity * s.heads_q);
@@ -140,12 +140,14 @@ void run_bwd_typed(BwdParams& p, cudaStream_t stream) {
 // instantiate it for one type each, so the two heavy translation units compile in parallel.
 template <typename T, bool kSoftcap>
 void run_fwd_capped(FwdParams& p, cudaStream_t stream) {
-  if (p.shape.head_dim == 128) run_fwd_typed<T, 128, kSoftcap>(p, stream);
+  if (p.shape.head_dim == 256) run_fwd_typed<T, 256, kSoftcap>(p, stream);
+  else if (p.shape.head_dim == 128) run_fwd_typed<T, 128, kSoftcap>(p, stream);
   else run_fwd_typed<T, 64, kSoftcap>(p, stream);
 }
 
 template <typename T, bool kSoftcap>
 void run_bwd_capped(BwdParams& p, cudaStream_t stream) {
+  if (p.shape.head_dim == 256) throw std::invalid_argument("attention/cuda: no backward kernel for head dim 256 yet");
   if (p.shape.head_dim == 128) run_bwd_typed<T, 128, kSoftcap>(p, stream);
   else run_bwd_typed<T, 64, kSoftcap>(p, stream);
 }

@@ -11,7 +11,7 @@ namespace fptrain::attention::cuda {
 using common::cuda::Dtype;  // the kernels take kBFloat16 and kFloat16
 
 // A run of the packed stream that the kernels tile as if it were one sequence: one document,
-// or (a spanning tile) several consecutive short documents of pack_max_len tokens in all.
+// or (a spanning tile) several consecutive short documents of pack_max_len(D) tokens in all.
 // Positions inside a segment are local to it; a query sees a key only inside its own document,
 // whose bounds come from cu_seqlens (masking.cuh, doc_span).
 struct Segment {
@@ -37,7 +37,7 @@ struct VarlenShape {
   int total_tokens = 0;             // T
   int heads_q = 0;                  // Hq
   int heads_kv = 0;                 // Hkv
-  int head_dim = 0;                 // D (64 or 128)
+  int head_dim = 0;                 // D (64 or 128; 256 forward only)
   bool causal = true;
   int window = 0;                   // 0: unlimited; else key j visible iff j > i - window
   float scale = 1.0f;               // softmax scale

@@ -58,9 +58,9 @@ __device__ int block_exclusive_scan(int n, F f, int* out, int* buf, int* carry) 
 }
 
 // The document after the last one of a pack that starts at document b: documents are
-// added while the pack holds at most pack_max_len tokens; a longer document stays alone.
-__device__ int pack_end(const int* cu, int b, int batch) {
-  const int limit = cu[b] + pack_max_len;
+// added while the pack holds at most pack_len tokens; a longer document stays alone.
+__device__ int pack_end(const int* cu, int b, int batch, int pack_len) {
+  const int limit = cu[b] + pack_len;
   if (cu[b + 1] > limit) return b + 1;
   int lo = b + 1, hi = batch;  // the last j in [b + 1, B] with cu[j] <= limit
   while (lo < hi) {
@@ -72,14 +72,14 @@ __device__ int pack_end(const int* cu, int b, int batch) {
 }
 
 // Cuts the stream into segments (params.h): greedy packs of consecutive documents, as a
-// sequential scan from document 0 would form them (each pack as long as pack_max_len allows),
+// sequential scan from document 0 would form them (each pack as long as pack_len allows),
 // found in parallel: pack_end is a pointer from every document to where a pack starting there
 // would end; the pack starts are the documents reached from document 0, marked by pointer
 // doubling from the starts known at once (after round r, every start within 2^r packs of
 // one). Writes the segment table and the lengths to seg_len (shared memory when the documents
 // fit there); returns the count.
-__device__ int build_segments(const VarlenShape& shape, TileList list, unsigned char* smem, int* scan_buf,
-                              int* carry, int** seg_len_out) {
+__device__ int build_segments(const VarlenShape& shape, int pack_len, TileList list, unsigned char* smem,
+                              int* scan_buf, int* carry, int** seg_len_out) {
   const int batch = shape.batch, n = batch + 1;
   const bool in_smem = n <= kPackSmemMaxDocs;
   // Three int arrays (boundaries, two jump arrays) and two flag arrays, all of n entries.
@@ -102,9 +102,9 @@ __device__ int build_segments(const VarlenShape& shape, TileList list, unsigned 
   // Seeds: document 0, every document longer than a pack (no pack can hold it) and the one
   // after it. The doubling then only has to cross the runs of short documents between them.
   for (int b = threadIdx.x; b < n; b += kThreads) {
-    jump[b] = b < batch ? pack_end(c, b, batch) : batch;
-    const bool long_doc = b < batch && c[b + 1] - c[b] > pack_max_len;
-    const bool after_long = b > 0 && c[b] - c[b - 1] > pack_max_len;
+    jump[b] = b < batch ? pack_end(c, b, batch, pack_len) : batch;
+    const bool long_doc = b < batch && c[b + 1] - c[b] > pack_len;
+    const bool after_long = b > 0 && c[b] - c[b - 1] > pack_len;
     reached[b] = b == 0 || long_doc || after_long;
     fresh[b] = 0;
   }
@@ -134,12 +134,12 @@ __device__ int build_segments(const VarlenShape& shape, TileList list, unsigned 
   const int count = block_exclusive_scan(batch, [&](int b) { return int(reached[b]); }, seg_index, scan_buf, carry);
   for (int b = threadIdx.x; b < batch; b += kThreads) {
     if (!reached[b]) continue;
-    const int end_doc = pack_end(c, b, batch);
+    const int end_doc = pack_end(c, b, batch, pack_len);
     const int num_docs = end_doc - b;
     const int start = bound(b);
     Segment seg{start, max(bound(end_doc), start) - start, b, num_docs, {1u, 0u, 0u, 0u}};
     if (num_docs > 1) {
-      seg.len = min(seg.len, pack_max_len);
+      seg.len = min(seg.len, pack_len);
       for (int d = b + 1; d < end_doc; ++d) {
         const int off = bound(d) - start;
         if (off > 0 && off < seg.len) seg.doc_starts[off / 32] |= 1u << (off % 32);
@@ -154,14 +154,14 @@ __device__ int build_segments(const VarlenShape& shape, TileList list, unsigned 
 }
 
 __global__ void __launch_bounds__(kThreads) tile_scheduler_kernel(VarlenShape shape, TileKind kind, int bm,
-                                                                   int bn, TileList list) {
+                                                                   int bn, int pack_len, TileList list) {
   extern __shared__ unsigned char pack_smem[];
   __shared__ int bucket_pos[kBuckets];
   __shared__ int scan_buf[kThreads];
   __shared__ int carry;
   const int block = kind == TileKind::QueryBlocks ? bm : bn;
   int* seg_len = nullptr;
-  const int segments = build_segments(shape, list, pack_smem, scan_buf, &carry, &seg_len);
+  const int segments = build_segments(shape, pack_len, list, pack_smem, scan_buf, &carry, &seg_len);
   int* order = list.scratch;                     // segments, longest first
   int* tile_start = list.scratch + shape.batch;  // first tile of each sorted segment
   auto blocks_of = [&](int s) { return ceil_div(seg_len[s], block); };
@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(kThreads) tile_scheduler_kernel(VarlenShape sh
 
 }  // namespace
 
-void launch_tile_scheduler(const VarlenShape& shape, TileKind kind, int bm, int bn, TileList list,
+void launch_tile_scheduler(const VarlenShape& shape, TileKind kind, int bm, int bn, int pack_len, TileList list,
                            cudaStream_t stream) {
   static_assert(kThreads == kBuckets, "the bucket scan gives one bucket to each thread");
   const int docs = shape.batch + 1;
@@ -211,12 +211,13 @@ void launch_tile_scheduler(const VarlenShape& shape, TileKind kind, int bm, int 
   check_cuda(cudaFuncSetAttribute(tile_scheduler_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   kPackSmemMaxDocs * kPackBytesPerDoc),
              "cudaFuncSetAttribute(tile scheduler shared memory)");
-  tile_scheduler_kernel<<<1, kThreads, smem, stream>>>(shape, kind, bm, bn, list);
+  tile_scheduler_kernel<<<1, kThreads, smem, stream>>>(shape, kind, bm, bn, pack_len, list);
   check_cuda(cudaGetLastError(), "tile scheduler kernel launch");
 }
 
 void run_tile_scheduler(const VarlenShape& shape, TileList list, cudaStream_t stream) {
-  launch_tile_scheduler(shape, TileKind::QueryBlocks, fwd_block_m(128), fwd_block_n(128), list, stream);
+  launch_tile_scheduler(shape, TileKind::QueryBlocks, fwd_block_m(128), fwd_block_n(128), pack_max_len(128), list,
+                        stream);
 }
 
 }  // namespace fptrain::attention::cuda

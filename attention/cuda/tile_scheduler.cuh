@@ -2,7 +2,7 @@
 //
 // One small kernel (one CTA) turns cu_seqlens into the list of (segment, block) tiles
 // without a host sync. First it cuts the stream into segments: runs of consecutive short
-// documents of at most pack_max_len tokens in all become one segment (a pack: one tile
+// documents of at most pack_max_len(D) tokens in all become one segment (a pack: one tile
 // serves them all, masked at their boundaries), longer documents stay alone. Then segments
 // longest first (counting sort on their block count), and within a segment its blocks
 // heaviest first (causal: the last query blocks, the first key blocks). The attention
@@ -23,8 +23,9 @@ namespace fptrain::attention::cuda {
 enum class TileKind { QueryBlocks, KeyBlocks };
 
 // Enqueues the scheduler kernel on `stream`. bm/bn are the kernel's query/key block sizes;
-// tiles are blocks of bm queries (QueryBlocks) or bn keys (KeyBlocks).
-void launch_tile_scheduler(const VarlenShape& shape, TileKind kind, int bm, int bn, TileList list,
+// tiles are blocks of bm queries (QueryBlocks) or bn keys (KeyBlocks); pack_len: the head
+// dim's pack_max_len (the same for every kernel of one attention call).
+void launch_tile_scheduler(const VarlenShape& shape, TileKind kind, int bm, int bn, int pack_len, TileList list,
                            cudaStream_t stream);
 
 // Work item i of a kernel that runs `heads` heads of every tile: tile i / heads, head i % heads.

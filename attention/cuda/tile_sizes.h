@@ -5,9 +5,12 @@
 
 namespace fptrain::attention::cuda {
 
-// Forward: 2 warpgroups x 64 query rows (wgmma m64), key step 128.
+// Forward: 2 warpgroups x 64 query rows (wgmma m64), key step 128; at D = 256 key step 64 and
+// one Q stage: Q (64 KB) and two K/V stages (2 x 64 KB) fill 192 of the 227 KB, and each
+// consumer thread holds the 64 x 256 output (128 registers) beside 64 keys' scores (32).
 constexpr int fwd_block_m(int) { return 128; }
-constexpr int fwd_block_n(int) { return 128; }
+constexpr int fwd_block_n(int d) { return d == 256 ? 64 : 128; }
+constexpr int fwd_q_stages(int d) { return d == 256 ? 1 : 2; }
 // dK/dV: 8 warps x 16 keys; query step 64.
 constexpr int bwd_block_n(int) { return 128; }
 constexpr int bwd_block_m(int) { return 64; }
@@ -20,12 +23,14 @@ constexpr int bwd_kv_stages(int d) { return d <= 64 ? 2 : 1; }
 constexpr int dq_direct_max_len(int d) { return bwd_block_n(d); }
 // Spanning tiles: consecutive documents of at most this many tokens in all form one segment,
 // so one tile serves them all (one block in every kernel; a pack's dQ is written directly).
-constexpr int pack_max_len = 128;
+// At most 128 (a pack's document starts are a 128-bit mask).
+constexpr int pack_max_len(int d) { return fwd_block_n(d) < 128 ? fwd_block_n(d) : 128; }
 constexpr bool pack_is_one_block(int d) {
-  return pack_max_len <= fwd_block_m(d) && pack_max_len <= fwd_block_n(d) && pack_max_len <= bwd_block_n(d) &&
-         pack_max_len <= dq_direct_max_len(d);
+  return pack_max_len(d) <= fwd_block_m(d) && pack_max_len(d) <= fwd_block_n(d) &&
+         pack_max_len(d) <= bwd_block_n(d) && pack_max_len(d) <= dq_direct_max_len(d) && pack_max_len(d) <= 128;
 }
-static_assert(pack_is_one_block(64) && pack_is_one_block(128), "a pack must be a single block of every kernel");
+static_assert(pack_is_one_block(64) && pack_is_one_block(128) && pack_is_one_block(256),
+              "a pack must be a single block of every kernel");
 // Deterministic dQ: 4 warps x 16 query rows; key step 64.
 constexpr int dq_block_m(int) { return 64; }
 constexpr int dq_block_n(int) { return 64; }
