@@ -1,6 +1,7 @@
 // Backward kernel on Hopper tensor cores: dK, dV and (default) atomic dQ, warp-specialized.
 //
-// One CTA owns a block of 128 keys of one KV head. Warpgroup 0 is the producer: one warp
+// One CTA owns a block of 128 keys of one KV head (64 at head dim 256, where the consumers
+// split D instead: bwd_dkdv_split_d.cuh). Warpgroup 0 is the producer: one warp
 // draws (key block, KV head) items heaviest first, loads K and V with bulk tensor copies
 // (two stages at D = 64, one at D = 128; before waiting for a stage it asks L2 for the next
 // item's K, V and first Q, dO and row statistics, so short items do not wait on DRAM),
@@ -43,10 +44,12 @@ struct BwdTraits {
   static constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
   static constexpr int kBlockN = bwd_block_n(D);
   static constexpr int kBlockM = bwd_block_m(D);
-  static_assert(kBlockN == 128, "two consumer warpgroups x 64 keys");
+  static constexpr bool kSplitD = bwd_split_d(D);  // bwd_dkdv_split_d.cuh
+  static_assert(kBlockN == (kSplitD ? 64 : 128), "two consumer warpgroups x 64 keys, or both on 64 keys");
   static_assert(dq_direct_max_len(D) <= kBlockN, "a direct-dQ sequence must be one key block");
   static_assert(kBlockM == 64, "one 64-wide slab of queries per step");
   static constexpr int kKvStages = bwd_kv_stages(D);
+  static constexpr int kQStages = bwd_q_stages(D);
   using KVTile = SlabTile<kBlockN, D>;
   using QTile = SlabTile<kBlockM, D>;
   using DsTile = SlabTile<kBlockN, kBlockM>;  // dS^T: rows are keys
@@ -55,10 +58,12 @@ struct BwdTraits {
   // dQ staging per consumer warpgroup: 64 query rows x D/2 fp32 as 32-float (128-byte) slabs.
   static constexpr int kDqSlabBytes = kBlockM * 128;
   static constexpr int kDqBytes = (D / 2 / 32) * kDqSlabBytes;
-  // (K, V) per stage, Q[2], dO[2], dS^T[2], dQ staging x2, lse[2], dsum[2], barriers, plus
-  // slack for 1024-byte alignment.
-  static constexpr int kSmemBytes = kKvStages * 2 * KVTile::kBytes + 4 * QTile::kBytes + 2 * DsTile::kBytes +
-                                    2 * kDqBytes + 4 * kRowStatBytes + 64 + 2 * kItemSlotInts * 4 + 1024;
+  // (K, V) per stage, Q and dO per Q stage, dS^T[2] (and P^T[2] when D is split), dQ staging
+  // x2, lse[2], dsum[2], barriers, plus slack for 1024-byte alignment.
+  static constexpr int kDsTiles = kSplitD ? 4 : 2;
+  static constexpr int kSmemBytes = kKvStages * 2 * KVTile::kBytes + kQStages * 2 * QTile::kBytes +
+                                    kDsTiles * DsTile::kBytes + 2 * kDqBytes + 4 * kRowStatBytes + 64 +
+                                    2 * kItemSlotInts * 4 + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one CTA");
 };
 
@@ -68,23 +73,24 @@ struct BwdTensorMaps {
   CUtensorMap dq;       // fp32 dQ buffer, boxes of 32 x 1 x 64 rows
 };
 
-// Shared memory of one CTA: (K, V) per K/V stage, Q[2], dO[2], dS^T[2] as slab tiles from a
-// 1024-byte aligned base, dQ staging (one set of fp32 slabs per consumer warpgroup), the row
+// Shared memory of one CTA: (K, V) per K/V stage, Q and dO per Q stage, dS^T[2] (then P^T[2]
+// when D is split) as slab tiles from a 1024-byte aligned base, dQ staging (one set of fp32 slabs per consumer warpgroup), the row
 // statistics lse[2][BM] (base 2) and dsum[2][BM], then 8-byte mbarriers kv_full[2],
 // kv_empty[2], q_full[2], q_empty[2] and per K/V stage the decoded item (publish_item).
 template <int D>
 struct BwdSmem {
   using Tr = BwdTraits<D>;
-  uint32_t k0, q0, do0, ds0, dq0, bar;
+  uint32_t k0, q0, do0, ds0, pt0, dq0, bar;
   float* stats;
   volatile int* item_slots;
 
   __device__ __forceinline__ explicit BwdSmem(unsigned char* smem) {
     k0 = (smem_addr(smem) + 1023) & ~1023u;
     q0 = k0 + Tr::kKvStages * 2 * Tr::KVTile::kBytes;
-    do0 = q0 + 2 * Tr::QTile::kBytes;
-    ds0 = do0 + 2 * Tr::QTile::kBytes;
-    dq0 = ds0 + 2 * Tr::DsTile::kBytes;
+    do0 = q0 + Tr::kQStages * Tr::QTile::kBytes;
+    ds0 = do0 + Tr::kQStages * Tr::QTile::kBytes;
+    pt0 = ds0 + 2 * Tr::DsTile::kBytes;  // P^T[2]: split D only
+    dq0 = ds0 + Tr::kDsTiles * Tr::DsTile::kBytes;
     const uint32_t s_stats = dq0 + 2 * Tr::kDqBytes;
     bar = s_stats + 4 * Tr::kRowStatBytes;
     stats = reinterpret_cast<float*>(smem + (s_stats - smem_addr(smem)));
@@ -169,8 +175,8 @@ __device__ __forceinline__ void bwd_producer(const BwdParams& p, const BwdTensor
     for (int hi = 0; hi < group; ++hi) {
       const int h = hk * group + hi;
       for (int m = qr.begin; m < qr.end; ++m) {
-        const int qs = q_iter & 1;
-        mbar_wait(sm.q_empty(qs), ((q_iter >> 1) & 1) ^ 1);
+        const int qs = q_iter % Tr::kQStages;
+        mbar_wait(sm.q_empty(qs), ((q_iter / Tr::kQStages) & 1) ^ 1);
         const int q0 = m * BM;
         // Row statistics: plain loads (their rows need not be 16-byte aligned).
         float* lse = sm.lse(qs);
@@ -220,19 +226,12 @@ struct BwdItem {
 // alone (racecheck does not credit __syncwarp + one lane's arrival).
 __device__ __forceinline__ void bwd_release(uint32_t bar) { mbar_arrive(bar); }
 
-// Atomic-dQ mode: dS^T -> shared memory (double-buffered); dQ[:, d0:d0+D/2] = dS K over all
-// 128 keys for this warpgroup's half of D, staged (fp32) in its slabs, then added to the
-// global buffer by one thread's bulk tensor reductions. Releases the Q stage.
+// Atomic-dQ mode: dS^T -> shared memory (double-buffered); then bwd_dq_product.
 template <typename T, int D>
-__device__ __forceinline__ void bwd_dq_accumulate(const BwdTensorMaps& maps, const BwdSmem<D>& sm,
-                                                  const uint32_t (&dsf)[BwdTraits<D>::kBlockM / 16][4],
-                                                  float (&dq)[D / 16][4], uint32_t s_ds, int qs, int h,
-                                                  const VarlenShape& sh, const BwdItem& it, void* dq_out, int q0,
-                                                  const BwdConsumerThread& th) {
-  using Tr = BwdTraits<D>;
-  using KVTile = typename Tr::KVTile;
-  using DsTile = typename Tr::DsTile;
-  constexpr int BN = Tr::kBlockN, MT = Tr::kBlockM / 8;
+__device__ __forceinline__ void bwd_store_ds(const uint32_t (&dsf)[BwdTraits<D>::kBlockM / 16][4], uint32_t s_ds,
+                                             const BwdConsumerThread& th) {
+  using DsTile = typename BwdTraits<D>::DsTile;
+  constexpr int MT = BwdTraits<D>::kBlockM / 8;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -243,6 +242,20 @@ __device__ __forceinline__ void bwd_dq_accumulate(const BwdTensorMaps& maps, con
     }
   fence_proxy_async();
   named_barrier_sync(1, 256);  // both consumer warpgroups' dS^T are in place
+}
+
+// dQ[:, d0:d0+D/2] = dS K over the block's keys for this warpgroup's half of D (dS^T in shared
+// memory at s_ds), staged (fp32) in its slabs, then added to the global buffer by one thread's
+// bulk tensor reductions. Releases the Q stage.
+template <typename T, int D>
+__device__ __forceinline__ void bwd_dq_product(const BwdTensorMaps& maps, const BwdSmem<D>& sm,
+                                               float (&dq)[D / 16][4], uint32_t s_ds, int qs, int h,
+                                               const VarlenShape& sh, const BwdItem& it, void* dq_out, int q0,
+                                               const BwdConsumerThread& th) {
+  using Tr = BwdTraits<D>;
+  using KVTile = typename Tr::KVTile;
+  using DsTile = typename Tr::DsTile;
+  constexpr int BN = Tr::kBlockN;
   constexpr int DQN = D / 2;
   const int d0 = th.cw * DQN;
   zero_acc(dq);
@@ -423,7 +436,8 @@ __device__ __forceinline__ void bwd_consumer_step(float (&dk)[D / 8][4], float (
   wgmma_commit();
 
   if constexpr (kAtomicDQ) {
-    bwd_dq_accumulate<T, D>(maps, sm, dsf, dq, s_ds, qs, h, sh, it, dq_out, q0, th);
+    bwd_store_ds<T, D>(dsf, s_ds, th);
+    bwd_dq_product<T, D>(maps, sm, dq, s_ds, qs, h, sh, it, dq_out, q0, th);
   } else {
     wgmma_wait<0>();
     bwd_release(sm.q_empty(qs));
@@ -519,6 +533,11 @@ __device__ __forceinline__ void bwd_consumer(const BwdParams& p, const BwdTensor
   if (kAtomicDQ && th.wl == 0 && lane == 0) bulk_wait();  // staging must outlive the reductions
 }
 
+// The consumers at head dim 256 (bwd_dkdv_split_d.cuh, which launch_template.cuh includes).
+template <typename T, int D, bool kAtomicDQ, bool kSoftcap>
+__device__ __forceinline__ void bwd_consumer_split_d(const BwdParams& p, const BwdTensorMaps& maps,
+                                                     const BwdSmem<D>& sm, int group, int cw, int lane);
+
 template <typename T, int D, bool kAtomicDQ, bool kSoftcap>
 __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1)
     bwd_dkdv_kernel(const __grid_constant__ BwdParams p, const __grid_constant__ BwdTensorMaps maps) {
@@ -551,7 +570,8 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1)
     bwd_producer<T, D>(p, maps, sm, group, num_items, lane);
   } else {
     regs_increase<240>();
-    bwd_consumer<T, D, kAtomicDQ, kSoftcap>(p, maps, sm, group, wg - 1, lane);
+    if constexpr (Tr::kSplitD) bwd_consumer_split_d<T, D, kAtomicDQ, kSoftcap>(p, maps, sm, group, wg - 1, lane);
+    else bwd_consumer<T, D, kAtomicDQ, kSoftcap>(p, maps, sm, group, wg - 1, lane);
   }
 }
 

@@ -19,17 +19,14 @@ namespace {
   throw std::invalid_argument("attention/cuda/hopper_kernels.cpp: " + what);
 }
 
-// backward: head dim 256 has a forward kernel only so far.
-void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const VarlenSpec& spec,
-                  bool backward) {
+void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const VarlenSpec& spec) {
   if (!q.is_cuda() || !k.is_cuda() || !v.is_cuda()) fail("q, k and v must be CUDA tensors");
   if (q.dim() != 3 || k.dim() != 3 || v.dim() != 3) fail("q, k, v must be [T, H, D]");
   if (q.scalar_type() != at::kBFloat16 && q.scalar_type() != at::kHalf)
     fail("dtype must be bfloat16 or float16, got " + std::string(c10::toString(q.scalar_type())));
   if (k.scalar_type() != q.scalar_type() || v.scalar_type() != q.scalar_type()) fail("q, k, v dtypes differ");
   const int64_t d = q.size(2);
-  if (d != 64 && d != 128 && (backward || d != 256))
-    fail(std::string("head dim must be 64 or 128") + (backward ? "" : " or 256") + ", got " + std::to_string(d));
+  if (d != 64 && d != 128 && d != 256) fail("head dim must be 64, 128 or 256, got " + std::to_string(d));
   if (k.size(2) != d || v.size(2) != d) fail("k/v head dim differs from q's");
   if (k.size(0) != q.size(0) || v.size(0) != q.size(0)) fail("q, k, v must have the same token count");
   if (k.size(1) != v.size(1)) fail("k and v head counts differ");
@@ -82,9 +79,8 @@ struct Inputs {
   at::Tensor q, k, v, cu;
 };
 
-Inputs checked_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const VarlenSpec& spec,
-                      bool backward) {
-  check_inputs(q, k, v, spec, backward);
+Inputs checked_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const VarlenSpec& spec) {
+  check_inputs(q, k, v, spec);
   return {q.contiguous(), k.contiguous(), v.contiguous(), spec.cu_seqlens.contiguous()};
 }
 
@@ -101,7 +97,7 @@ void set_inputs(Params& p, const Inputs& in, const VarlenSpec& spec) {
 
 std::tuple<at::Tensor, at::Tensor> attention_forward(const at::Tensor& q_in, const at::Tensor& k_in,
                                                      const at::Tensor& v_in, const VarlenSpec& spec) {
-  const Inputs in = checked_inputs(q_in, k_in, v_in, spec, false);
+  const Inputs in = checked_inputs(q_in, k_in, v_in, spec);
   const at::Tensor& q = in.q;
   at::Tensor o = at::empty_like(q);
   at::Tensor lse = at::empty({q.size(1), q.size(0)}, q.options().dtype(at::kFloat));
@@ -121,7 +117,7 @@ std::tuple<at::Tensor, at::Tensor> attention_forward(const at::Tensor& q_in, con
 std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
     const at::Tensor& dout_in, const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
     const at::Tensor& out_in, const at::Tensor& lse, const VarlenSpec& spec, bool deterministic) {
-  const Inputs in = checked_inputs(q_in, k_in, v_in, spec, true);
+  const Inputs in = checked_inputs(q_in, k_in, v_in, spec);
   const at::Tensor& q = in.q;
   at::Tensor o = out_in.contiguous(), dout = dout_in.to(q.scalar_type()).contiguous();
   if (dout.sizes() != q.sizes() || o.sizes() != q.sizes()) fail("dout and out must have q's shape");

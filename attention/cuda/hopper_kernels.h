@@ -15,7 +15,7 @@ std::tuple<at::Tensor, at::Tensor> attention_forward(const at::Tensor& q, const 
                                                      const at::Tensor& v, const VarlenSpec& spec);
 
 // Returns dQ, dK, dV. deterministic: no atomics (a separate dQ pass), bit-identical runs.
-// D: 64 or 128 (no backward kernel for 256 yet: the hopper backend does not take such models).
+// D: 64, 128 or 256.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
     const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     const at::Tensor& out, const at::Tensor& lse, const VarlenSpec& spec, bool deterministic);

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "attention/cuda/bwd_dkdv_kernel.cuh"
+#include "attention/cuda/bwd_dkdv_split_d.cuh"
 #include "attention/cuda/bwd_dq_kernel.cuh"
 #include "attention/cuda/bwd_pre_post.cuh"
 #include "attention/cuda/fwd_kernel.cuh"
@@ -147,8 +148,8 @@ void run_fwd_capped(FwdParams& p, cudaStream_t stream) {
 
 template <typename T, bool kSoftcap>
 void run_bwd_capped(BwdParams& p, cudaStream_t stream) {
-  if (p.shape.head_dim == 256) throw std::invalid_argument("attention/cuda: no backward kernel for head dim 256 yet");
-  if (p.shape.head_dim == 128) run_bwd_typed<T, 128, kSoftcap>(p, stream);
+  if (p.shape.head_dim == 256) run_bwd_typed<T, 256, kSoftcap>(p, stream);
+  else if (p.shape.head_dim == 128) run_bwd_typed<T, 128, kSoftcap>(p, stream);
   else run_bwd_typed<T, 64, kSoftcap>(p, stream);
 }
 

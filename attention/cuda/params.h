@@ -37,7 +37,7 @@ struct VarlenShape {
   int total_tokens = 0;             // T
   int heads_q = 0;                  // Hq
   int heads_kv = 0;                 // Hkv
-  int head_dim = 0;                 // D (64 or 128; 256 forward only)
+  int head_dim = 0;                 // D (64, 128 or 256)
   bool causal = true;
   int window = 0;                   // 0: unlimited; else key j visible iff j > i - window
   float scale = 1.0f;               // softmax scale

@@ -11,13 +11,18 @@ namespace fptrain::attention::cuda {
 constexpr int fwd_block_m(int) { return 128; }
 constexpr int fwd_block_n(int d) { return d == 256 ? 64 : 128; }
 constexpr int fwd_q_stages(int d) { return d == 256 ? 1 : 2; }
-// dK/dV: 8 warps x 16 keys; query step 64.
-constexpr int bwd_block_n(int) { return 128; }
+// dK/dV: 8 warps x 16 keys; query step 64. At D = 256 the two consumer warpgroups share 64
+// keys and split D (dK and dV of 64 keys x 256 would take 256 registers a thread).
+constexpr int bwd_block_n(int d) { return d == 256 ? 64 : 128; }
 constexpr int bwd_block_m(int) { return 64; }
+constexpr bool bwd_split_d(int d) { return d == 256; }
 // K/V stages of the dK/dV kernel: a second one lets the next item's keys load while the
 // current item computes (short documents: items of 2-3 steps). At D = 128 a second stage
 // (64 KB) does not fit beside the Q, dO, dS^T and dQ staging buffers (194 KB of 227 KB).
 constexpr int bwd_kv_stages(int d) { return d <= 64 ? 2 : 1; }
+// Q/dO stages of the dK/dV kernel: one at D = 256 (K, V, Q, dO: 128 KB; P^T and dS^T
+// double-buffered 32 KB; dQ staging 64 KB).
+constexpr int bwd_q_stages(int d) { return d == 256 ? 1 : 2; }
 // Atomic dQ: a sequence of at most this many tokens is a single key block of the dK/dV kernel,
 // so one CTA sees all its keys and writes its dQ directly (no fp32 buffer rows for it).
 constexpr int dq_direct_max_len(int d) { return bwd_block_n(d); }

@@ -176,44 +176,6 @@ void check_case(const Case& c, bool deterministic) {
   std::printf("%s\n", line.c_str());
 }
 
-// Head dim 256 has a forward kernel only so far: O and LSE against float64, as check_case.
-void check_forward_case(const Case& c) {
-  SCOPED_TRACE(describe(c));
-  int total = 0;
-  for (int l : c.lens) total += l;
-  at::manual_seed(fresh_seed());
-  auto opts = at::TensorOptions().dtype(c.dtype).device(at::kCUDA);
-  at::Tensor q = at::randn({total, c.hq, c.head_dim}, opts);
-  at::Tensor k = at::randn({total, c.hkv, c.head_dim}, opts);
-  at::Tensor v = at::randn({total, c.hkv, c.head_dim}, opts);
-  const double scale = 0.9 / std::sqrt(double(c.head_dim));
-  fa::VarlenSpec spec;
-  spec.cu_seqlens = make_cu_seqlens(c.lens);
-  spec.max_seqlen = max_len(c.lens);
-  spec.causal = c.causal;
-  spec.window = c.window;
-  spec.softmax_scale = scale;
-  spec.softcap = c.softcap;
-  poison_allocator({{total, c.hq, c.head_dim}, {c.hq, total}}, c.dtype);
-  auto [o, lse] = fa::cuda::attention_forward(q, k, v, spec);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const at::Tensor dout = at::zeros_like(q);
-  Result r64 = reference(q, k, v, dout, c.lens, c.causal, c.window, scale, at::kDouble, c.softcap);
-  Result rlo = reference(q, k, v, dout, c.lens, c.causal, c.window, scale, c.dtype, c.softcap);
-  std::string line = describe(c) + " forward";
-  const char* names[] = {"O", "LSE"};
-  at::Tensor ours[] = {o, lse}, exact[] = {r64.o, r64.lse}, low[] = {rlo.o, rlo.lse};
-  for (int i = 0; i < 2; ++i) {
-    EXPECT_TRUE(at::isfinite(ours[i]).all().item<bool>()) << names[i] << " has unwritten (NaN) or non-finite values";
-    const double e_ours = rel_err(ours[i], exact[i]), e_low = rel_err(low[i], exact[i]);
-    char buf[96];
-    std::snprintf(buf, sizeof buf, " | %s %.2e (math %.2e)", names[i], e_ours, e_low);
-    line += buf;
-    EXPECT_LE(e_ours, 2.0 * e_low + 1e-6) << names[i] << ": ours " << e_ours << " vs math " << e_low;
-  }
-  std::printf("%s\n", line.c_str());
-}
-
 std::vector<int> random_lengths(int n, int lo, int hi, uint64_t seed) {
   std::mt19937 rng{uint32_t(seed)};
   std::uniform_int_distribution<int> dist(lo, hi);
@@ -273,39 +235,26 @@ TEST(HopperKernels, SoftCappedScoresMatchFloat64WithinTwiceMathError) {
           }
 }
 
-// Head dim 256 (Gemma 2 and 3): the forward kernel with 64-key blocks and one Q stage, every
-// mask kind, GQA, both dtypes, soft caps, and documents short enough to share a 64-token pack.
-TEST(HopperKernels, HeadDim256ForwardMatchesFloat64WithinTwiceMathError) {
+// Head dim 256 (Gemma 2 and 3): the forward with 64-key blocks and one Q stage, the dK/dV kernel
+// whose warpgroups split D (P^T and dS^T through shared memory), the deterministic dQ pass;
+// every mask kind, GQA, both dtypes, soft caps, documents short enough to share a 64-token
+// pack, both backward modes.
+TEST(HopperKernels, HeadDim256MatchesFloat64WithinTwiceMathError) {
   if (!have_gpu()) GTEST_SKIP() << "needs an sm_90 GPU";
   for (at::ScalarType dtype : {at::kBFloat16, at::kHalf})
     for (auto [causal, window] : std::vector<std::pair<bool, int>>{{true, 0}, {false, 0}, {true, 77}})
-      for (double cap : {0.0, 4.0}) {
-        for (const auto& [name, lens] : length_mixes()) check_forward_case(Case{dtype, 256, 8, 2, causal, window, name, lens, cap});
-        check_forward_case(Case{dtype, 256, 4, 4, causal, window, "tiny", random_lengths(200, 0, 16, fresh_seed()), cap});
-      }
-}
-
-TEST(HopperKernels, HeadDim256BackwardIsRefusedClearly) {
-  if (!have_gpu()) GTEST_SKIP() << "needs an sm_90 GPU";
-  auto opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
-  at::Tensor q = at::randn({8, 2, 256}, opts);
-  fa::VarlenSpec spec;
-  spec.cu_seqlens = make_cu_seqlens({8});
-  spec.max_seqlen = 8;
-  spec.causal = true;
-  spec.softmax_scale = 1.0 / 16;
-  auto [o, lse] = fa::cuda::attention_forward(q, q, q, spec);
-  try {
-    fa::cuda::attention_backward(o, q, q, q, o, lse, spec, false);
-    FAIL() << "a head dim 256 backward ran";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("head dim must be 64 or 128, got 256"), std::string::npos) << e.what();
-  }
+      for (double cap : {0.0, 4.0})
+        for (bool deterministic : {false, true}) {
+          for (const auto& [name, lens] : length_mixes())
+            check_case(Case{dtype, 256, 8, 2, causal, window, name, lens, cap}, deterministic);
+          check_case(Case{dtype, 256, 4, 4, causal, window, "tiny", random_lengths(200, 0, 16, fresh_seed()), cap},
+                     deterministic);
+        }
 }
 
 TEST(HopperKernels, DeterministicBackwardMatchesAndRepeatsBitwise) {
   if (!have_gpu()) GTEST_SKIP() << "needs an sm_90 GPU";
-  for (int d : {64, 128}) {
+  for (int d : {64, 128, 256}) {
     Case c{at::kBFloat16, d, 8, 2, true, 0, "mixed", random_lengths(40, 1, 700, fresh_seed())};
     check_case(c, true);
     int total = 0;
@@ -385,11 +334,11 @@ TEST(HopperKernels, ManyOneTokenSequences) {
 }
 
 // Documents of 0-16 tokens: a spanning tile holds dozens of them (and empty ones), so nearly
-// every score is masked at a document boundary. Causal, full and windowed; GQA; D 64 and 128;
-// both backward modes.
+// every score is masked at a document boundary. Causal, full and windowed; GQA; D 64, 128 and
+// 256 (packs of 64 tokens there); both backward modes.
 TEST(HopperKernels, TinyDocumentsShareSpanningTiles) {
   if (!have_gpu()) GTEST_SKIP() << "needs an sm_90 GPU";
-  for (int d : {64, 128})
+  for (int d : {64, 128, 256})
     for (auto [causal, window] : std::vector<std::pair<bool, int>>{{true, 0}, {false, 0}, {true, 5}})
       for (bool deterministic : {false, true}) {
         std::vector<int> lens = random_lengths(300, 0, 16, fresh_seed());
