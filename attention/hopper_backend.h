@@ -9,7 +9,7 @@ namespace fptrain::attention {
 bool hopper_kernels_available();
 
 // True when the kernels are available and handle this head dim and dtype
-// (64 or 128; bf16 or fp16). Automatic backend choice asks this, not the above.
+// (64, 128 or 256; bf16 or fp16). Automatic backend choice asks this, not the above.
 bool hopper_kernels_support(int64_t head_dim, at::ScalarType dtype);
 
 // Differentiable varlen attention through our kernels; same contract as varlen_attention().

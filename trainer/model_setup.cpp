@@ -48,7 +48,7 @@ attention::Backend resolve_backend(AttentionChoice choice, const at::Device& dev
   if (!half)
     throw std::invalid_argument(what + "needs bfloat16 or float16 weights; model.dtype is " + models::dtype_name(dtype));
   if (choice == AttentionChoice::kHopper && !attention::hopper_kernels_support(head_dim, dtype))
-    throw std::invalid_argument(what + "kernels do not run here (they need an sm_90 GPU and head_dim 64 or 128; "
+    throw std::invalid_argument(what + "kernels do not run here (they need an sm_90 GPU and head_dim 64, 128 or 256; "
                                 "this model has head_dim " + std::to_string(head_dim) + "); use torch-fa2 or auto");
   return choice == AttentionChoice::kHopper ? attention::Backend::kHopper : attention::Backend::kTorchFA2;
 }

@@ -111,7 +111,7 @@ bool hopper_kernels_available() {
 }
 
 bool hopper_kernels_support(int64_t head_dim, at::ScalarType dtype) {
-  return (head_dim == 64 || head_dim == 128) && (dtype == at::kBFloat16 || dtype == at::kHalf) &&
+  return (head_dim == 64 || head_dim == 128 || head_dim == 256) && (dtype == at::kBFloat16 || dtype == at::kHalf) &&
          hopper_kernels_available();
 }
 

@@ -69,6 +69,12 @@ MODELS = {
         layer_types=["sliding_attention", "full_attention"], query_pre_attn_scalar=64, pad_token_id=0,
         rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
                          "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}), None),
+    # Gemma 2 at its real head_dim 256 (2B, 9B): our head_dim 256 kernels with soft-capped
+    # scores, a window of 48 on layer 0, GQA 2:1.
+    "gemma2_hd256": (Gemma2Config, Gemma2ForCausalLM, dict(
+        COMMON, num_attention_heads=2, num_key_value_heads=1, head_dim=256, sliding_window=48,
+        attn_logit_softcapping=10.0, final_logit_softcapping=8.0, query_pre_attn_scalar=256, pad_token_id=0,
+        rope_theta=10000.0), None),
 }
 
 
