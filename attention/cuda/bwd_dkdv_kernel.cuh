@@ -447,13 +447,14 @@ __device__ __forceinline__ void bwd_consumer_step(float (&dk)[D / 8][4], float (
   fence_frags(pf, dsf);
 }
 
-// dK (scaled) and dV of this warp's keys; rows past the sequence end are dropped.
-template <typename T, int D>
-__device__ __forceinline__ void bwd_epilogue(const BwdParams& p, float (&dk)[D / 8][4], float (&dv)[D / 8][4],
-                                             const BwdItem& it, const BwdConsumerThread& th, int64_t kv_stride) {
-  constexpr int OT = D / 8;
+// dK (scaled) and dV of this warp's keys, columns [d0, d0 + 8 OT) (all of D, or a split-D
+// warpgroup's half); rows past the sequence end are dropped.
+template <typename T, int D, int OT>
+__device__ __forceinline__ void bwd_epilogue(const BwdParams& p, float (&dk)[OT][4], float (&dv)[OT][4],
+                                             const BwdItem& it, const BwdConsumerThread& th, int64_t kv_stride,
+                                             int d0) {
   const VarlenShape& sh = p.shape;
-  const int64_t kv_off = int64_t(it.start + it.k0) * kv_stride + it.hk * D;
+  const int64_t kv_off = int64_t(it.start + it.k0) * kv_stride + it.hk * D + d0;
   T* dk_ptr = static_cast<T*>(p.dk) + kv_off;
   T* dv_ptr = static_cast<T*>(p.dv) + kv_off;
 #pragma unroll
@@ -470,8 +471,18 @@ __device__ __forceinline__ void bwd_epilogue(const BwdParams& p, float (&dk)[D /
   }
 }
 
+// The step of the split-D consumers (head dim 256; bwd_dkdv_split_d.cuh, which launch_template.cuh
+// includes).
+template <typename T, int D, bool kAtomicDQ, bool kSoftcap>
+__device__ __forceinline__ void split_consumer_step(float (&dk)[D / 16][4], float (&dv)[D / 16][4],
+                                                    float (&dq)[D / 16][4], const BwdTensorMaps& maps,
+                                                    const BwdSmem<D>& sm, const VarlenShape& sh, const BwdItem& it,
+                                                    void* dq_out, int q_iter, int h, int q0,
+                                                    const BwdConsumerThread& th, float scale_log2, float cap_pre);
+
 // Consumer warpgroup cw (0 or 1): takes the producer's items in order until the end marker;
-// dK and dV of its 64 keys stay in registers over every step of the item.
+// dK and dV of its 64 keys (split D: of the block's 64 keys, its half of D) stay in registers
+// over every step of the item.
 template <typename T, int D, bool kAtomicDQ, bool kSoftcap>
 __device__ __forceinline__ void bwd_consumer(const BwdParams& p, const BwdTensorMaps& maps, const BwdSmem<D>& sm,
                                              int group, int cw, int lane) {
@@ -485,12 +496,15 @@ __device__ __forceinline__ void bwd_consumer(const BwdParams& p, const BwdTensor
   th.lane = lane;
   th.g = lane >> 2;
   th.t = lane & 3;
-  th.row0 = cw * 64 + th.wl * 16;  // this warp's first key row in the block
+  // This warp's first key row in the block: split D, both warpgroups cover the block's 64 keys.
+  th.row0 = (Tr::kSplitD ? 0 : cw * 64) + th.wl * 16;
+  constexpr int AT = Tr::kSplitD ? D / 16 : D / 8;  // dK and dV column tiles of this warpgroup
+  const int d0 = Tr::kSplitD ? cw * (D / 2) : 0;
   const int64_t kv_stride = int64_t(sh.heads_kv) * D;
   const float scale_log2 = ScoreCap<kSoftcap>::exp_scale(sh.scale, sh.softcap) * kLog2e;
   const float cap_pre = kSoftcap ? sh.scale / sh.softcap : 0.f;
 
-  constexpr int KVS = Tr::kKvStages;
+  constexpr int KVS = Tr::kKvStages, QS = Tr::kQStages;
   int item_iter = 0, q_iter = 0;
   for (;;) {
     const int ks = item_iter % KVS;
@@ -513,30 +527,31 @@ __device__ __forceinline__ void bwd_consumer(const BwdParams& p, const BwdTensor
     const int q_blocks = qr.end - qr.begin;
     const int steps = q_blocks * group;
 
-    float dk[D / 8][4], dv[D / 8][4];
+    float dk[AT][4], dv[AT][4];
     zero_acc(dk);
     zero_acc(dv);
     for (int step = 0; step < steps; ++step) {
-      mbar_wait(sm.q_full(q_iter & 1), (q_iter >> 1) & 1);
+      mbar_wait(sm.q_full(unsigned(q_iter) % QS), (unsigned(q_iter) / QS) & 1);
       const int h = it.hk * group + step / q_blocks;
       const int q0 = (qr.begin + step % q_blocks) * BM;
-      BwdStepRegs<D> r;
-      float dq[D / 16][4];  // atomic mode: dQ of this warpgroup's half of D
-      bwd_consumer_step<T, D, kAtomicDQ, kSoftcap>(dk, dv, r, dq, maps, sm, sh, it, p.dq, q_iter, h, q0, th,
-                                                   scale_log2, cap_pre);
+      if constexpr (Tr::kSplitD) {
+        float dq[D / 16][4];  // atomic mode: dQ of this warpgroup's half of D
+        split_consumer_step<T, D, kAtomicDQ, kSoftcap>(dk, dv, dq, maps, sm, sh, it, p.dq, q_iter, h, q0, th,
+                                                       scale_log2, cap_pre);
+      } else {
+        BwdStepRegs<D> r;
+        float dq[D / 16][4];  // atomic mode: dQ of this warpgroup's half of D
+        bwd_consumer_step<T, D, kAtomicDQ, kSoftcap>(dk, dv, r, dq, maps, sm, sh, it, p.dq, q_iter, h, q0, th,
+                                                     scale_log2, cap_pre);
+      }
       ++q_iter;
     }
     bwd_release(sm.kv_empty(ks));  // K and V are no longer read
-    bwd_epilogue<T, D>(p, dk, dv, it, th, kv_stride);
+    bwd_epilogue<T, D, AT>(p, dk, dv, it, th, kv_stride, d0);
     ++item_iter;
   }
   if (kAtomicDQ && th.wl == 0 && lane == 0) bulk_wait();  // staging must outlive the reductions
 }
-
-// The consumers at head dim 256 (bwd_dkdv_split_d.cuh, which launch_template.cuh includes).
-template <typename T, int D, bool kAtomicDQ, bool kSoftcap>
-__device__ __forceinline__ void bwd_consumer_split_d(const BwdParams& p, const BwdTensorMaps& maps,
-                                                     const BwdSmem<D>& sm, int group, int cw, int lane);
 
 template <typename T, int D, bool kAtomicDQ, bool kSoftcap>
 __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1)
@@ -570,8 +585,7 @@ __global__ void __launch_bounds__(BwdTraits<D>::kThreads, 1)
     bwd_producer<T, D>(p, maps, sm, group, num_items, lane);
   } else {
     regs_increase<240>();
-    if constexpr (Tr::kSplitD) bwd_consumer_split_d<T, D, kAtomicDQ, kSoftcap>(p, maps, sm, group, wg - 1, lane);
-    else bwd_consumer<T, D, kAtomicDQ, kSoftcap>(p, maps, sm, group, wg - 1, lane);
+    bwd_consumer<T, D, kAtomicDQ, kSoftcap>(p, maps, sm, group, wg - 1, lane);
   }
 }
 

@@ -8,7 +8,8 @@
 //   dQ[:, half]  = dS K[:, half]       (bwd_dq_product, as the other head dims)
 // So no product is computed twice: the score products are split by queries, the gradient
 // products by D, and P^T and dS^T cross between the warpgroups through shared memory. The
-// producer, shared memory and dQ path are bwd_dkdv_kernel.cuh's (one K/V and one Q stage).
+// producer, consumer loop, epilogue, shared memory and dQ path are bwd_dkdv_kernel.cuh's (one
+// K/V and one Q stage); this file holds the step.
 #pragma once
 
 #include "attention/cuda/bwd_dkdv_kernel.cuh"
@@ -150,85 +151,6 @@ __device__ __forceinline__ void split_consumer_step(float (&dk)[D / 16][4], floa
   }
   fence_acc(dv);
   fence_acc(dk);
-}
-
-// dK (scaled) and dV of this warp's 16 keys, this warpgroup's half of D; rows past the
-// sequence end are dropped.
-template <typename T, int D>
-__device__ __forceinline__ void split_epilogue(const BwdParams& p, float (&dk)[D / 16][4], float (&dv)[D / 16][4],
-                                               const BwdItem& it, const BwdConsumerThread& th, int64_t kv_stride) {
-  const VarlenShape& sh = p.shape;
-  const int64_t kv_off = int64_t(it.start + it.k0) * kv_stride + it.hk * D + th.cw * (D / 2);
-  T* dk_ptr = static_cast<T*>(p.dk) + kv_off;
-  T* dv_ptr = static_cast<T*>(p.dv) + kv_off;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = th.row0 + th.g + r * 8;
-    if (it.k0 + row >= it.len) continue;
-#pragma unroll
-    for (int ot = 0; ot < D / 16; ++ot) {
-      const int64_t off = row * kv_stride + ot * 8 + 2 * th.t;
-      *reinterpret_cast<uint32_t*>(dk_ptr + off) =
-          Pair16<T>::pack(dk[ot][2 * r] * sh.scale, dk[ot][2 * r + 1] * sh.scale);
-      *reinterpret_cast<uint32_t*>(dv_ptr + off) = Pair16<T>::pack(dv[ot][2 * r], dv[ot][2 * r + 1]);
-    }
-  }
-}
-
-// Consumer warpgroup cw (0 or 1) of the split kernel: the producer's items in order until the
-// end marker; dK and dV of the block's 64 keys, its half of D, stay in registers over the item.
-template <typename T, int D, bool kAtomicDQ, bool kSoftcap>
-__device__ __forceinline__ void bwd_consumer_split_d(const BwdParams& p, const BwdTensorMaps& maps,
-                                                     const BwdSmem<D>& sm, int group, int cw, int lane) {
-  using Tr = BwdTraits<D>;
-  constexpr int BN = Tr::kBlockN, BM = Tr::kBlockM, KVS = Tr::kKvStages, QS = Tr::kQStages;
-  const VarlenShape& sh = p.shape;
-  BwdConsumerThread th;
-  th.cw = cw;
-  th.wl = (threadIdx.x / 32) & 3;
-  th.lane = lane;
-  th.g = lane >> 2;
-  th.t = lane & 3;
-  th.row0 = th.wl * 16;  // this warp's first key row: both warpgroups cover the block's 64 keys
-  const int64_t kv_stride = int64_t(sh.heads_kv) * D;
-  const float scale_log2 = ScoreCap<kSoftcap>::exp_scale(sh.scale, sh.softcap) * 1.4426950408889634f;
-  const float cap_pre = kSoftcap ? sh.scale / sh.softcap : 0.f;
-  int item_iter = 0, q_iter = 0;
-  for (;;) {
-    const int ks = item_iter % KVS;
-    mbar_wait(sm.kv_full(ks), (item_iter / KVS) & 1);
-    volatile int* slot = sm.item_slot(ks);
-    const int item = slot[0];
-    if (item < 0) break;
-    const int block = slot[1];
-    BwdItem it;
-    it.hk = item % sh.heads_kv;
-    it.start = slot[2];
-    it.len = slot[3];
-    it.packed = slot[4] > 1;
-    it.stage = ks;
-    it.k0 = block * BN;
-    it.s_k = sm.k(ks);
-    it.s_v = sm.v(ks);
-    const BlockRange qr = query_blocks_for_key_block(block, BM, BN, it.len, sh.causal, sh.window);
-    const int q_blocks = qr.end - qr.begin;
-    float dk[D / 16][4], dv[D / 16][4];
-    zero_acc(dk);
-    zero_acc(dv);
-    for (int step = 0; step < q_blocks * group; ++step) {
-      mbar_wait(sm.q_full(q_iter % QS), (q_iter / QS) & 1);
-      const int h = it.hk * group + step / q_blocks;
-      const int q0 = (qr.begin + step % q_blocks) * BM;
-      float dq[D / 16][4];  // atomic mode: dQ of this warpgroup's half of D
-      split_consumer_step<T, D, kAtomicDQ, kSoftcap>(dk, dv, dq, maps, sm, sh, it, p.dq, q_iter, h, q0, th,
-                                                     scale_log2, cap_pre);
-      ++q_iter;
-    }
-    bwd_release(sm.kv_empty(ks));  // K and V are no longer read
-    split_epilogue<T, D>(p, dk, dv, it, th, kv_stride);
-    ++item_iter;
-  }
-  if (kAtomicDQ && th.wl == 0 && lane == 0) bulk_wait();  // staging must outlive the reductions
 }
 
 }  // namespace fptrain::attention::cuda
