@@ -166,9 +166,10 @@ TEST(TrainFlatAdamWGpu, AccumulateEqualsTheCpuReference) {
 // The whole optimizer: three steps of two micro-batches (summed in fp32) of an
 // AdamW over bf16 CUDA parameters equal those of one over the same CPU
 // parameters, bit for bit. (No clipping here: the GPU's norm may differ from the
-// CPU's in the last bit, which the coefficient would carry into every element.)
-TEST(TrainFlatAdamWGpu, AdamWOnCudaEqualsAdamWOnCpu) {
-  require_kernels();
+// CPU's in the last bit, which the coefficient would carry into every element.) For one
+// optimizer form: fp32 moments with fp32 masters (the default), or 8-bit moments with split
+// masters (optimizer.state_dtype: int8).
+void cuda_adamw_equals_cpu_adamw(const OptimizerSection& o) {
   const std::vector<std::string> names = {"a", "b", "c"};
   const std::vector<std::vector<int64_t>> shapes = {{257, 33}, {1000}, {7, 9}};
   std::vector<at::Tensor> cpu_params, gpu_params;
@@ -177,8 +178,6 @@ TEST(TrainFlatAdamWGpu, AdamWOnCudaEqualsAdamWOnCpu) {
     cpu_params.push_back(at::randn(s).to(at::kBFloat16).requires_grad_(true));
     gpu_params.push_back(cpu_params.back().detach().to(kCuda).requires_grad_(true));
   }
-  OptimizerSection o;
-  o.weight_decay = 0.1;
   AdamW cpu(names, cpu_params, o), gpu(names, gpu_params, o);
   for (int step = 0; step < 3; ++step) {
     for (int mb = 0; mb < 2; ++mb) {
@@ -203,8 +202,22 @@ TEST(TrainFlatAdamWGpu, AdamWOnCudaEqualsAdamWOnCpu) {
     gpu.step(1e-2);
   }
   const auto cs = cpu.state(), gs = gpu.state();
+  ASSERT_EQ(cs.size(), gs.size());
   for (size_t i = 0; i < cs.size(); ++i) expect_bitwise(gs[i].second, cs[i].second, cs[i].first);
   for (size_t i = 0; i < names.size(); ++i) expect_bitwise(gpu_params[i].detach(), cpu_params[i].detach(), names[i]);
+}
+
+TEST(TrainFlatAdamWGpu, AdamWOnCudaEqualsAdamWOnCpu) {
+  require_kernels();
+  OptimizerSection fp32;
+  fp32.weight_decay = 0.1;
+  OptimizerSection int8 = fp32;
+  int8.split_masters = true;
+  int8.moments = Moments::k8bit;
+  for (const auto& [name, o] : {std::pair{"fp32 moments", fp32}, std::pair{"8-bit moments, split masters", int8}}) {
+    SCOPED_TRACE(name);
+    cuda_adamw_equals_cpu_adamw(o);
+  }
 }
 
 }  // namespace
