@@ -8,6 +8,7 @@
 #include <c10/util/Half.h>
 
 #include "optim/cuda/flat_adamw_cuda.h"
+#include "optim/flat_cpu_masters.h"
 
 #include <algorithm>
 #include <array>
@@ -86,17 +87,6 @@ void cpu_grad_norm(const at::Tensor& grads, const at::Tensor& accum, double max_
   const float n2 = static_cast<float>(std::sqrt(total));
   norm.data_ptr<float>()[0] = n2;
   coef.data_ptr<float>()[0] = clip_coefficient(n2, static_cast<float>(max_norm));
-}
-
-// Where the update's fp32 weight lives: the model's buffer itself, an fp32 master buffer, or
-// the model's bf16 weight joined with the master's 16-bit remainder (flat_adamw_math.h).
-enum class Masters { kNone, kFp32, kSplit };
-
-// The model's copy of a master: bf16 by master_weight_bits (ties away from zero), fp16 by the cast.
-template <typename P>
-P model_copy(float master) {
-  if constexpr (std::is_same_v<P, c10::BFloat16>) return P(master_weight_bits(master), P::from_bits());
-  else return static_cast<P>(master);
 }
 
 template <typename P, Masters kM>

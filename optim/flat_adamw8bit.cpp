@@ -6,6 +6,7 @@
 
 #include "optim/blockwise8.h"
 #include "optim/cuda/flat_adamw_cuda.h"
+#include "optim/flat_cpu_masters.h"
 
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
@@ -61,15 +62,6 @@ void check_args(const at::Tensor& weights, const at::Tensor& master, const Momen
 }
 
 // ---- CPU reference -----------------------------------------------------------
-enum class Masters { kNone, kFp32, kSplit };
-
-// The model's copy of a master: bf16 by master_weight_bits (ties away from zero), fp16 by the cast.
-template <typename P>
-P model_copy(float master) {
-  if constexpr (std::is_same_v<P, c10::BFloat16>) return P(master_weight_bits(master), P::from_bits());
-  else return static_cast<P>(master);
-}
-
 // Where the update's weight lives, read and written (flat_adamw.cpp's three forms).
 template <typename P, Masters kM>
 struct WeightAccess {
