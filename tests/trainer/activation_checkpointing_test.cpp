@@ -106,6 +106,16 @@ std::unique_ptr<at::ObserverContext> count_linear(const at::RecordFunction& fn) 
   return nullptr;
 }
 
+// How many aten::linear calls the backward of `loss` makes (the recomputed projections).
+int linear_calls_in_backward(const at::Tensor& loss) {
+  g_linear_calls = 0;
+  const at::CallbackHandle handle =
+      at::addGlobalCallback(at::RecordFunctionCallback(count_linear).scopes({at::RecordScope::FUNCTION}));
+  loss.backward();
+  at::removeCallback(handle);
+  return g_linear_calls.load();
+}
+
 // The saving itself (the gradients above would match without it): the
 // recomputation in the backward runs 5 of a layer's 7 projections (q, k, v,
 // gate, up; o and down are replayed without their products), selective's MLP
@@ -121,15 +131,11 @@ TEST(TrainActivationCheckpointing, RecomputationSkipsTheReplayedProjections) {
     models::CausalLM model(config, params, attention::Backend::kReference);
     set_activation_checkpointing(model, setting, models::testing::trained_parameters(model));
     const at::Tensor loss = packed_loss(model);
-    g_linear_calls = 0;
-    const at::CallbackHandle handle =
-        at::addGlobalCallback(at::RecordFunctionCallback(count_linear).scopes({at::RecordScope::FUNCTION}));
-    loss.backward();
-    at::removeCallback(handle);
+    const int calls = linear_calls_in_backward(loss);
     const int64_t k = setting.every_k;
     const int64_t recomputed = setting == Checkpointing::selective() ? config.num_hidden_layers
                                                                      : (config.num_hidden_layers + k - 1) / k;
-    EXPECT_EQ(g_linear_calls.load(), per_layer * recomputed) << setting.name();
+    EXPECT_EQ(calls, per_layer * recomputed) << setting.name();
   }
 }
 
@@ -183,12 +189,7 @@ TEST(TrainActivationCheckpointing, ALayerPlanRecomputesExactlyItsLayers) {
                                                 models::testing::trained_parameters(model));
     control->set_plan(plan.recomputed, plan.selective);
     const at::Tensor loss = packed_loss(model);
-    g_linear_calls = 0;
-    const at::CallbackHandle handle =
-        at::addGlobalCallback(at::RecordFunctionCallback(count_linear).scopes({at::RecordScope::FUNCTION}));
-    loss.backward();
-    at::removeCallback(handle);
-    EXPECT_EQ(g_linear_calls.load(), 5 * plan.recomputed + 2 * plan.selective)
+    EXPECT_EQ(linear_calls_in_backward(loss), 5 * plan.recomputed + 2 * plan.selective)
         << plan.recomputed << " whole, " << plan.selective << " MLPs";
     EXPECT_TRUE(at::equal(plain.loss, loss.detach()));
     for (const auto& [name, t] : model.parameters())
