@@ -167,14 +167,7 @@ Tensors norm_inputs(const NormCase& c, at::ScalarType dtype) {
 
 // The same mathematics entirely in fp64 (rms_norm.cpp computes in fp32 even
 // for fp64 inputs, as transformers does, so its own differences would be fp32 noise).
-Tensors exact_norm(const Tensors& in, double scale) {
-  auto norm = [](const at::Tensor& s, const at::Tensor& w) {
-    return w * (s * at::rsqrt(s.pow(2).mean(-1, /*keepdim=*/true) + kEps));
-  };
-  if (scale == 0) return {norm(in[0], in[1])};
-  const at::Tensor sum = in[0] + in[1] * scale;
-  return {sum, norm(sum, in[2])};
-}
+Tensors exact_norm(const Tensors& in, double scale) { return testing::exact_rms_norm(in, scale, kEps); }
 
 // A norm's forms under test: the op (reference path), the model's ATen operations, the same
 // mathematics in fp64, and its inputs ({x, w} or {x, update, w}).

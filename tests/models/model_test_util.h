@@ -120,6 +120,18 @@ inline CausalLM load_model(const std::filesystem::path& dir, at::ScalarType dtyp
   return CausalLM(std::move(config), std::move(params), backend);
 }
 
+// RMSNorm entirely in fp64 (the model's ops compute in fp32 even for fp64 inputs, as
+// transformers does): {x, w} -> {normed}, or with a residual {x, update, w} -> {x + scale update,
+// normed sum} (scale != 0), as the fused norms' tests compare them.
+inline std::vector<at::Tensor> exact_rms_norm(const std::vector<at::Tensor>& in, double scale, double eps) {
+  auto norm = [eps](const at::Tensor& s, const at::Tensor& w) {
+    return w * (s * at::rsqrt(s.pow(2).mean(-1, /*keepdim=*/true) + eps));
+  };
+  if (scale == 0) return {norm(in[0], in[1])};
+  const at::Tensor sum = in[0] + in[1] * scale;
+  return {sum, norm(sum, in[2])};
+}
+
 inline void zero_grads(CausalLM& model) {
   for (auto& [name, p] : model.parameters()) p.mutable_grad() = at::Tensor();
 }

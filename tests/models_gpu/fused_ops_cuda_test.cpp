@@ -156,14 +156,7 @@ Tensors norm_op(const Tensors& in, double scale, FusedPath path) {
   return {o.sum, o.normed};
 }
 
-Tensors exact_norm(const Tensors& in, double scale) {
-  auto norm = [](const at::Tensor& s, const at::Tensor& w) {
-    return w * (s * at::rsqrt(s.pow(2).mean(-1, /*keepdim=*/true) + kEps));
-  };
-  if (scale == 0) return {norm(in[0], in[1])};
-  const at::Tensor sum = in[0] + in[1] * scale;
-  return {sum, norm(sum, in[2])};
-}
+Tensors exact_norm(const Tensors& in, double scale) { return testing::exact_rms_norm(in, scale, kEps); }
 
 struct NormShape {
   int64_t T, H;
