@@ -15,13 +15,14 @@ namespace fptrain::optim {
 namespace {
 
 FlatLayout make_layout(const std::vector<std::string>& names, const std::vector<at::Tensor>& params,
-                       int64_t alignment, const DataParallelSpec& dp) {
+                       int64_t alignment, const DataParallelSpec& dp, bool offload) {
   if (names.size() != params.size() || params.empty())
     throw std::invalid_argument("AdamW: expected one name per parameter and at least one parameter");
   std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
   for (size_t i = 0; i < names.size(); ++i) shapes.emplace_back(names[i], params[i].sizes().vec());
   const int64_t shards = dp.comm && dp.shard ? dp.comm->world_size() : 1;
-  return FlatLayout(shapes, alignment, shards, dp.comm ? dp.bucket_elements : 0);
+  // Offloaded, one process too updates bucket by bucket (the forward waits for each).
+  return FlatLayout(shapes, alignment, shards, dp.comm || offload ? dp.bucket_elements : 0);
 }
 
 // 8-bit moments: segments and shard slices start on a block (a multiple of the alignment).
@@ -39,7 +40,8 @@ AdamW::AdamW(std::vector<std::string> names, std::vector<at::Tensor> params, con
   for (const auto& p : params)
     if (p.scalar_type() != dtype || p.device() != params[0].device())
       throw std::invalid_argument("AdamW: all parameters must share one dtype and device");
-  FlatLayout layout = make_layout(names_, params, layout_alignment(alignment, options), dp_);
+  const bool offload = options.offload == Offload::kCpu;
+  FlatLayout layout = make_layout(names_, params, layout_alignment(alignment, options), dp_, offload);
   flat_ = std::make_unique<FlatParameters>(std::move(layout), std::move(params));
   master_weights_ = options.master_weights && dtype != at::kFloat;
   c10::NoGradGuard no_grad;
@@ -47,28 +49,43 @@ AdamW::AdamW(std::vector<std::string> names, std::vector<at::Tensor> params, con
   const FlatLayout& l = flat_->layout();
   if (dp_.shard) {
     for (const ShardRange& r : l.shard_ranges(dp_.comm->rank())) ranges_.push_back({r.bucket, r.flat_offset, r.local_offset, r.numel});
+  } else if (offload) {  // bucket by bucket: the host update runs ahead of the forward
+    for (size_t b = 0; b < l.buckets().size(); ++b)
+      ranges_.push_back({b, l.buckets()[b].offset, l.buckets()[b].offset, l.buckets()[b].size});
   } else {
     ranges_.push_back({0, 0, 0, l.total()});
   }
   const int64_t local = dp_.shard ? l.shard_size() : l.total();
-  const auto state_options = w.options().dtype(master_weights_ ? at::kFloat : w.scalar_type());
+  if (offload) {  // before the state: make_state() allocates on the host then
+    std::vector<OffloadedStep::Range> host;
+    for (const Range& r : ranges_) host.push_back({r.flat, r.local, r.numel});
+    offload_ = std::make_unique<OffloadedStep>(std::move(host), w, local);
+    offload_waited_ = ranges_.size();
+  }
+  const at::ScalarType state_dtype = master_weights_ ? at::kFloat : w.scalar_type();
   if (master_weights_ && options.split_masters && dtype == at::kBFloat16) {
-    master_ = at::zeros({local}, w.options().dtype(at::kShort));  // a bf16 weight is its own master: remainder 0
+    master_ = make_state(local, at::kShort);  // a bf16 weight is its own master: remainder 0
   } else if (master_weights_) {
-    master_ = at::empty({local}, state_options);
+    master_ = make_state(local, at::kFloat);
     for (const Range& r : ranges_) master_.narrow(0, r.local, r.numel).copy_(w.narrow(0, r.flat, r.numel));
   }
   if (options.moments == Moments::k8bit) {
     // Zero codes and absmax, as bitsandbytes starts (every code then means 0).
-    exp_avg_ = at::zeros({local}, w.options().dtype(at::kByte));
-    exp_avg_sq_ = at::zeros({local}, w.options().dtype(at::kByte));
-    exp_avg_absmax_ = at::zeros({local / blockwise8::kBlock}, w.options().dtype(at::kFloat));
-    exp_avg_sq_absmax_ = at::zeros({local / blockwise8::kBlock}, w.options().dtype(at::kFloat));
+    exp_avg_ = make_state(local, at::kByte);
+    exp_avg_sq_ = make_state(local, at::kByte);
+    exp_avg_absmax_ = make_state(local / blockwise8::kBlock, at::kFloat);
+    exp_avg_sq_absmax_ = make_state(local / blockwise8::kBlock, at::kFloat);
   } else {
-    exp_avg_ = at::zeros({local}, state_options);
-    exp_avg_sq_ = at::zeros({local}, state_options);
+    exp_avg_ = make_state(local, state_dtype);
+    exp_avg_sq_ = make_state(local, state_dtype);
   }
   coef_ = at::ones({}, w.options().dtype(at::kFloat));
+}
+
+// Zeros for a state buffer: on the weights' device, or offloaded on the host.
+at::Tensor AdamW::make_state(int64_t numel, at::ScalarType dtype) const {
+  const at::Tensor& w = flat_->weights();
+  return offload_ ? host_state_zeros(numel, dtype, w.device()) : at::zeros({numel}, w.options().dtype(dtype));
 }
 
 int64_t AdamW::moment_bytes() const {
@@ -85,6 +102,7 @@ flat::Moments8bit AdamW::moments8(int64_t local, int64_t numel) const {
 
 void AdamW::accumulate_gradients() {
   if (!master_weights_) return;
+  if (offload_) wait_for_all_weights();  // the host update has copied and zeroed the last step's
   RECORD_USER_SCOPE("fptrain::optimizer_accumulate");  // names the work in a step profile (trainer/step_profiler.h)
   c10::NoGradGuard no_grad;
   flat_->collect_grads();
@@ -96,6 +114,7 @@ void AdamW::accumulate_gradients() {
 
 void AdamW::reduce_accumulated() {
   if (!master_weights_ || !dp_.comm) return;
+  if (offload_) wait_for_all_weights();
   c10::NoGradGuard no_grad;
   if (!accum_.defined()) accum_ = at::zeros({flat_->layout().total()}, flat_->weights().options().dtype(at::kFloat));
   accum_active_ = true;
@@ -116,6 +135,7 @@ at::Tensor AdamW::accumulated_slice(int64_t flat, int64_t numel) const {
 at::Tensor AdamW::grad_norm(double max_norm) {
   RECORD_USER_SCOPE("fptrain::clip_grad_norm");
   c10::NoGradGuard no_grad;
+  if (offload_) wait_for_all_weights();
   wait_for_accumulated();
   // With data parallelism the buffer was reduced during the backward: a gradient
   // that arrived elsewhere (assigned by hand) would have missed the reduction.
@@ -159,6 +179,7 @@ at::Tensor AdamW::clip_grad_norm(double max_norm) {
 void AdamW::step(double lr, distributed::CommClock* clock) {
   RECORD_USER_SCOPE("fptrain::optimizer_step");
   c10::NoGradGuard no_grad;
+  if (offload_) wait_for_all_weights();
   wait_for_accumulated();
   flat_->collect_grads();
   ++steps_taken_;
@@ -170,6 +191,14 @@ void AdamW::step(double lr, distributed::CommClock* clock) {
   h.weight_decay = options_.weight_decay;
   h.step = steps_taken_;
   const at::Tensor coef = coef_pending_ ? coef_ : at::Tensor();
+  if (offload_) {  // the worker zeroes the gradients once it copied them: not zero_grad()
+    clock_ = clock;
+    launch_offloaded(h, coef);
+    accum_active_ = false;
+    coef_pending_ = false;
+    flat_->release_collected();
+    return;
+  }
   if (!dp_.shard && moments_8bit()) {
     flat::adamw8bit_step(flat_->weights(), master_, moments8(0, exp_avg_.numel()), flat_->grads(),
                          accumulated_slice(0, exp_avg_.numel()), coef, h);
@@ -201,6 +230,7 @@ void AdamW::step(double lr, distributed::CommClock* clock) {
 }
 
 void AdamW::wait_for_weights(int64_t end) {
+  if (offload_) wait_offloaded(end);
   if (gathers_.empty() || gathers_.front().begin >= end) return;
   if (clock_) clock_->before_wait();
   while (!gathers_.empty() && gathers_.front().begin < end) {
@@ -212,6 +242,7 @@ void AdamW::wait_for_weights(int64_t end) {
 
 void AdamW::zero_grad() {
   c10::NoGradGuard no_grad;
+  if (offload_) wait_for_all_weights();
   wait_for_accumulated();
   flat_->zero_grads();
   if (accum_active_) accum_.zero_();

@@ -22,11 +22,17 @@
 //   zero         one memset of the gradient buffer
 // plus, with fp32 gradient accumulation, one pass per extra micro-batch
 // (accumulate_gradients). Nothing synchronizes with the host.
+//
+// With optimizer.offload: cpu the masters and moments live in pinned host memory and
+// step() hands the update to a host worker (optim/offloaded_step.h), bucket by bucket
+// in flat order; wait_for_weights() then also waits for each bucket's new weights
+// (and, sharded, starts its all-gather), so the next forward overlaps the update.
 #pragma once
 
 #include "distributed/communicator.h"
 #include "distributed/comm_clock.h"
 #include "optim/flat_adamw.h"
+#include "optim/offloaded_step.h"
 #include "optim/optimizer_section.h"
 #include "optim/flat_parameters.h"
 
@@ -100,10 +106,18 @@ class AdamW {
   // accumulator if in use, and forgets a pending clip coefficient.
   void zero_grad();
 
+  // optimizer.offload: cpu: masters, moments and the update on the host.
+  bool offloaded() const { return offload_ != nullptr; }
+  // Host bytes of the offloaded state and its copies (0 without offload).
+  int64_t host_bytes() const;
+  // The offloaded update (tests: failure injection); null without offload.
+  OffloadedStep* offload() { return offload_.get(); }
+
   int64_t steps_taken() const { return steps_taken_; }
   bool has_master_weights() const { return master_weights_; }
 
-  // Everything needed to continue bit-identically: views of the buffers, keyed
+  // Everything needed to continue bit-identically (after a step, with offload or
+  // sharding, once wait_for_all_weights() ran): views of the buffers, keyed
   // "<kind>.<parameter name>" (the whole parameter, its shape) or, for a part
   // of a parameter that a shard holds, "<kind>.<parameter name>@<first element>"
   // (1-D, elements of the flattened parameter); kind in {weight, exp_avg,
@@ -160,6 +174,12 @@ class AdamW {
   void restore_moments(const SavedIndex& saved, const ShardPiece& piece);
   void wait_for_accumulated();
   at::Tensor accumulated_slice(int64_t flat, int64_t numel) const;
+  // optimizer.offload: cpu (optim/adamw_offload.cpp).
+  void launch_offloaded(const flat::AdamWHyper& h, const at::Tensor& coef);
+  void host_update(const Range& r, const at::Tensor& grads, const at::Tensor& accum, const at::Tensor& coef,
+                   const flat::AdamWHyper& h);
+  void wait_offloaded(int64_t end);
+  at::Tensor make_state(int64_t numel, at::ScalarType dtype) const;
 
   struct PendingGather {
     int64_t begin;  // the bucket's first flat element
@@ -180,6 +200,8 @@ class AdamW {
   at::Tensor accum_;                // fp32 gradient sums over micro-batches (accumulate_gradients)
   bool accum_active_ = false;       // accum_ holds gradients of the current step
   std::vector<distributed::Pending> accum_reductions_;  // reduce_accumulated() in flight
+  std::unique_ptr<OffloadedStep> offload_;  // optimizer.offload: cpu
+  size_t offload_waited_ = 0;       // ranges of the launched host update the device waited for
   at::Tensor coef_;                 // the clip coefficient of the current step (device fp32 scalar)
   bool coef_pending_ = false;       // step() must apply coef_
   int64_t steps_taken_ = 0;

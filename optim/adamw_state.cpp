@@ -101,6 +101,8 @@ std::vector<ShardPiece> AdamW::held_pieces() const {
 }
 
 std::vector<std::pair<std::string, at::Tensor>> AdamW::state() const {
+  if (offload_ && offload_waited_ < ranges_.size())  // the host state may still be updated
+    throw std::logic_error("AdamW::state(): call wait_for_all_weights() after an offloaded step");
   std::vector<std::pair<std::string, at::Tensor>> out;
   const FlatLayout& l = flat_->layout();
   for (const ShardPiece& p : held_pieces()) {
@@ -172,6 +174,7 @@ void AdamW::load_state(const std::vector<std::pair<std::string, at::Tensor>>& te
                        const std::string& source) {
   const SavedIndex saved(tensors, source);
   c10::NoGradGuard no_grad;
+  if (offload_) wait_for_all_weights();
   const FlatLayout& l = flat_->layout();
   if (moments_8bit()) {
     // Padding, which no piece covers, as a step leaves it: the codes of zero (absmax 0 means 0 too).
@@ -208,6 +211,7 @@ void AdamW::load_state(const std::vector<std::pair<std::string, at::Tensor>>& te
       all_gather_weights(all);
     }
   }
+  if (offload_) offload_->mark_weights_stale();  // the model's weights changed under the host copy
   steps_taken_ = steps_taken;
 }
 

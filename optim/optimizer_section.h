@@ -12,6 +12,11 @@ namespace fptrain::optim {
 // optim/blockwise8_math.h).
 enum class Moments { kFull, k8bit };
 
+// Where AdamW's state lives and its update runs: on the training device, or in pinned host
+// memory with the update on host threads, overlapped with the next step's forward
+// (optim/offloaded_step.h); the device keeps the weights and gradients only.
+enum class Offload { kNone, kCpu };
+
 struct OptimizerSection {
   double lr = 2e-5;
   double beta1 = 0.9;
@@ -29,6 +34,7 @@ struct OptimizerSection {
   bool fp32_grad_accumulation = false;
   double grad_clip = 1.0;  // global L2 norm; 0 disables clipping
   Moments moments = Moments::kFull;  // YAML: state_dtype: auto | int8
+  Offload offload = Offload::kNone;  // YAML: offload: none | cpu
 };
 
 }  // namespace fptrain::optim
@@ -38,5 +44,10 @@ template <>
 struct EnumNames<optim::Moments> {
   static constexpr std::array<EnumEntry<optim::Moments>, 2> table = {
       {{optim::Moments::kFull, "auto"}, {optim::Moments::k8bit, "int8"}}};
+};
+template <>
+struct EnumNames<optim::Offload> {
+  static constexpr std::array<EnumEntry<optim::Offload>, 2> table = {
+      {{optim::Offload::kNone, "none"}, {optim::Offload::kCpu, "cpu"}}};
 };
 }  // namespace fptrain::common

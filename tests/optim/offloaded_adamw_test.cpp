@@ -1,0 +1,192 @@
+// optimizer.offload: cpu on the CPU, where host and device are the same memory and the
+// copies are host copies, so the whole path runs: an offloaded AdamW trains bit for bit as
+// one on the device in every state form (fp32 / split / no masters, full / 8-bit moments,
+// fp32 gradient sums, clipping), bucket by bucket with each bucket's weights final once
+// waited for, resumes across offload none <-> cpu, and a failing host update is an error
+// on the training thread, not a hang.
+#include "optim/adamw.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/GradMode.h>
+#include <gtest/gtest.h>
+
+#include <map>
+
+namespace fptrain::optim {
+namespace {
+
+// Ragged shapes (not multiples of 256): blocks and buckets end in padding.
+const std::vector<std::pair<std::string, std::vector<int64_t>>> kShapes = {
+    {"embed", {40, 24}}, {"w1", {24, 48}}, {"b1", {48}}, {"w2", {48, 24}}, {"norm", {24}}, {"head", {24, 40}}};
+
+std::vector<std::string> names() {
+  std::vector<std::string> out;
+  for (const auto& [n, s] : kShapes) out.push_back(n);
+  return out;
+}
+
+std::vector<at::Tensor> params_like(at::ScalarType dtype) {
+  auto gen = at::detail::createCPUGenerator(7);
+  std::vector<at::Tensor> out;
+  for (const auto& [n, shape] : kShapes) out.push_back((at::randn(shape, gen) * 0.3).to(dtype).requires_grad_(true));
+  return out;
+}
+
+// A small network using every parameter: the summed token losses of a batch drawn from `seed`.
+at::Tensor loss(const std::vector<at::Tensor>& p, uint64_t seed) {
+  auto gen = at::detail::createCPUGenerator(seed);
+  const at::Tensor ids = at::randint(0, 40, {6}, gen), targets = at::randint(0, 40, {6}, gen);
+  const at::Tensor h = at::tanh(p[0].index_select(0, ids).mm(p[1]) + p[2]);
+  const at::Tensor logits = (h.mm(p[3]) * p[4]).mm(p[5]);
+  return -logits.to(at::kFloat).log_softmax(1).gather(1, targets.unsqueeze(1)).sum();
+}
+
+struct Form {
+  const char* name;
+  at::ScalarType dtype;
+  bool masters, split, fp32_sums;
+  Moments moments;
+};
+
+const std::vector<Form> kForms = {
+    {"fp32 model", at::kFloat, true, false, false, Moments::kFull},
+    {"fp32 model, 8-bit moments", at::kFloat, true, false, false, Moments::k8bit},
+    {"bf16, fp32 masters", at::kBFloat16, true, false, false, Moments::kFull},
+    {"bf16, fp32 masters, fp32 sums", at::kBFloat16, true, false, true, Moments::kFull},
+    {"bf16, split masters", at::kBFloat16, true, true, false, Moments::kFull},
+    {"bf16, split masters, 8-bit moments, fp32 sums", at::kBFloat16, true, true, true, Moments::k8bit},
+    {"bf16, fp32 masters, 8-bit moments", at::kBFloat16, true, false, false, Moments::k8bit},
+    {"bf16, no masters", at::kBFloat16, false, false, false, Moments::kFull},
+    {"bf16, no masters, 8-bit moments", at::kBFloat16, false, false, false, Moments::k8bit},
+};
+
+std::unique_ptr<AdamW> make(const Form& f, Offload offload) {
+  OptimizerSection o;
+  o.lr = 1e-2;
+  o.weight_decay = 0.01;
+  o.master_weights = f.masters;
+  o.split_masters = f.split;
+  o.fp32_grad_accumulation = f.fp32_sums;
+  o.moments = f.moments;
+  o.offload = offload;
+  DataParallelSpec dp;
+  dp.bucket_elements = 512;  // several buckets of this small model
+  return std::make_unique<AdamW>(names(), params_like(f.dtype), o, FlatLayout::kDefaultAlignment, dp);
+}
+
+// Steps [from, to): the "forward" waits bucket by bucket as the trainer's stage hook does,
+// two micro-batches, clipping at 0.5 (it bites: the first norms are ~10), a changing rate.
+void train(AdamW& opt, bool fp32_sums, int from, int to) {
+  for (int s = from; s < to; ++s) {
+    for (const FlatBucket& b : opt.flat().layout().buckets()) opt.wait_for_weights(b.offset + b.size);
+    for (int j = 0; j < 2; ++j) {
+      loss(opt.flat().params(), 100 * s + j).backward();
+      if (j == 0 && fp32_sums) opt.accumulate_gradients();
+    }
+    opt.grad_norm(0.5);
+    opt.step(1e-2 * (1.0 + 0.1 * s));
+  }
+  opt.wait_for_all_weights();
+}
+
+void expect_same(const AdamW& a, const AdamW& b) {
+  EXPECT_TRUE(at::equal(a.flat().weights(), b.flat().weights())) << "weights";
+  std::map<std::string, at::Tensor> want;
+  for (const auto& [k, t] : a.state()) want[k] = t;
+  const auto got = b.state();
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [k, t] : got) {
+    ASSERT_TRUE(want.count(k)) << k;
+    EXPECT_TRUE(at::equal(t, want.at(k))) << k;
+  }
+}
+
+std::vector<std::pair<std::string, at::Tensor>> cloned(const std::vector<std::pair<std::string, at::Tensor>>& s) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& [k, t] : s) out.emplace_back(k, t.clone());
+  return out;
+}
+
+TEST(OffloadedAdamW, TrainsAsOnTheDeviceBitForBitInEveryForm) {
+  for (const Form& f : kForms) {
+    SCOPED_TRACE(f.name);
+    auto device = make(f, Offload::kNone), host = make(f, Offload::kCpu);
+    ASSERT_TRUE(host->offloaded());
+    ASSERT_FALSE(device->offloaded());
+    ASSERT_GT(host->flat().layout().buckets().size(), 2u);
+    EXPECT_GT(host->host_bytes(), host->master_bytes() + host->moment_bytes());
+    EXPECT_EQ(device->host_bytes(), 0);
+    train(*device, f.fp32_sums, 0, 4);
+    train(*host, f.fp32_sums, 0, 4);
+    expect_same(*device, *host);
+    // The gradients were zeroed after their copy, as zero_grad() zeroes them.
+    EXPECT_EQ(host->flat().grads().count_nonzero().item<int64_t>(), 0);
+  }
+}
+
+// Each bucket is final as soon as it is waited for, before the later ones are.
+TEST(OffloadedAdamW, EachBucketIsFinalOnceWaitedFor) {
+  const Form f = kForms[4];  // split masters
+  auto device = make(f, Offload::kNone), host = make(f, Offload::kCpu);
+  train(*device, false, 0, 2);
+  train(*host, false, 0, 1);
+  for (int j = 0; j < 2; ++j) loss(host->flat().params(), 100 + j).backward();
+  host->grad_norm(0.5);
+  host->step(1e-2 * (1.0 + 0.1 * 1));
+  for (const FlatBucket& b : host->flat().layout().buckets()) {
+    host->wait_for_weights(b.offset + b.size);
+    EXPECT_TRUE(at::equal(host->flat().weights().narrow(0, b.offset, b.size),
+                          device->flat().weights().narrow(0, b.offset, b.size)))
+        << "bucket at " << b.offset;
+  }
+}
+
+// A checkpoint of either setting resumes under the other as the same run.
+TEST(OffloadedAdamW, ResumesAcrossOffloadNoneAndCpu) {
+  for (const Form& f : {kForms[2], kForms[5]}) {
+    SCOPED_TRACE(f.name);
+    auto straight = make(f, Offload::kNone);
+    train(*straight, f.fp32_sums, 0, 3);
+    const auto at3 = cloned(straight->state());
+    const at::Tensor weights3 = straight->flat().weights().clone();
+    train(*straight, f.fp32_sums, 3, 6);
+    for (const Offload first : {Offload::kNone, Offload::kCpu}) {
+      const Offload second = first == Offload::kNone ? Offload::kCpu : Offload::kNone;
+      auto a = make(f, first);
+      a->flat().weights().copy_(weights3);
+      a->load_state(at3, 3);
+      train(*a, f.fp32_sums, 3, 4);
+      const auto at4 = cloned(a->state());
+      auto b = make(f, second);
+      b->flat().weights().copy_(a->flat().weights());
+      b->load_state(at4, 4);
+      train(*b, f.fp32_sums, 4, 6);
+      expect_same(*straight, *b);
+    }
+  }
+}
+
+// A host update that throws: the next wait reports it (no hang), and so does every later one.
+TEST(OffloadedAdamW, AFailingHostUpdateIsReportedNotAHang) {
+  auto opt = make(kForms[2], Offload::kCpu);
+  train(*opt, false, 0, 1);
+  opt->offload()->fail_at_for_testing(1);
+  loss(opt->flat().params(), 5).backward();
+  opt->grad_norm(0.5);
+  opt->step(1e-2);
+  try {
+    opt->wait_for_all_weights();
+    FAIL() << "expected the failure";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("optimizer.offload: the host update of the optimizer failed"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("failure injected at range 1"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(opt->wait_for_all_weights(), std::runtime_error);
+  EXPECT_THROW(opt->grad_norm(0.5), std::runtime_error);
+}  // the destructor ends the worker
+
+}  // namespace
+}  // namespace fptrain::optim
