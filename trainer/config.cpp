@@ -460,6 +460,12 @@ const std::vector<KeyDef>& key_defs() {
               MEMBER(optimizer.fp32_grad_accumulation));
     t.number("optimizer.grad_clip", "max global gradient L2 norm; 0 disables clipping", MEMBER(optimizer.grad_clip),
              0.0, 1e9);
+    t.choice<optim::Offload>(
+        "optimizer.offload",
+        "none = AdamW's state and update on the training device; cpu = masters and moments in pinned host "
+        "memory, updated by host threads bucket by bucket while the next forward runs (the device keeps the "
+        "weights and gradients; the same training bit for bit)",
+        MEMBER(optimizer.offload));
     // schedule
     t.integer("schedule.warmup_steps", "linear warmup from 0 to optimizer.lr", MEMBER(schedule.warmup_steps), 0);
     t.choice<LrDecay>("schedule.decay", "after warmup", MEMBER(schedule.decay));
@@ -502,7 +508,7 @@ const std::vector<KeyDef>& key_defs() {
                              "auto = true with more than one rank: fp32 masters and AdamW moments split across ranks "
                              "(ZeRO-1), gradients reduce-scattered (ZeRO-2); false = every rank holds all, all-reduce",
                              MEMBER(distributed.shard_optimizer));
-    t.integer("distributed.bucket_mb", "size of the gradient buckets reduced while the backward runs (MiB)",
+    t.integer("distributed.bucket_mb", "size of the gradient buckets reduced while the backward runs (MiB); with optimizer.offload: cpu also the unit of the host update",
               MEMBER(distributed.bucket_mb), 1, 1 << 20);
     t.choice<Transfers>("distributed.transfers",
                         "how gradient reduce-scatters and weight all-gathers move between GPUs: auto = copy engines "

@@ -50,10 +50,11 @@ std::optional<fs::path> agree_on_resume(distributed::Group* group, const TrainCo
 optim::DataParallelSpec data_parallel_spec(distributed::Group* group, const TrainConfig& config,
                                            at::ScalarType dtype) {
   optim::DataParallelSpec dp;
+  // Buckets in one process too: an offloaded optimizer updates bucket by bucket.
+  dp.bucket_elements = config.distributed.bucket_mb * (int64_t{1} << 20) / static_cast<int64_t>(c10::elementSize(dtype));
   if (!group) return dp;
   dp.comm = &group->comm();
   dp.shard = config.distributed.shard_optimizer != ShardOptimizer::kOff;
-  dp.bucket_elements = config.distributed.bucket_mb * (int64_t{1} << 20) / static_cast<int64_t>(c10::elementSize(dtype));
   return dp;
 }
 

@@ -36,6 +36,39 @@ std::string fits(int64_t bytes, int64_t device_bytes) {
   return common::gib_text(bytes) + (fit ? " (fits, before activations)" : "");
 }
 
+// The settings that keep less optimizer state on the device, each with its bytes per rank
+// (offloading first: it keeps none).
+std::vector<Option> state_options(const optim::OptimizerSection& o, int64_t params, int64_t bytes, int64_t ranks,
+                                  bool sharded) {
+  const bool eight = o.moments == optim::Moments::k8bit;
+  std::vector<Option> options;
+  const OffloadedBytes off = offloaded_state_bytes(params, bytes, o.master_weights, ranks, sharded, o.split_masters, eight);
+  options.push_back({"optimizer.offload: cpu (masters and moments in pinned host memory: about " +
+                         common::gib_text(off.host) + " of host memory per rank; the same training)",
+                     off.device});
+  const bool can_split = o.master_weights && bytes == 2 && !o.split_masters;
+  if (can_split)
+    options.push_back({"optimizer.master_weights: split (the same training, 2 bytes less per parameter)",
+                       full_tuning_state_bytes(params, bytes, true, ranks, sharded, /*split=*/true, eight)});
+  if (!eight) {
+    options.push_back({"optimizer.state_dtype: int8 (bitsandbytes' AdamW8bit moments, about 2 bytes per parameter "
+                       "instead of " + std::to_string(o.master_weights && bytes < 4 ? kFp32MomentBytes : 2 * bytes) + ")",
+                       full_tuning_state_bytes(params, bytes, o.master_weights, ranks, sharded, o.split_masters, true)});
+    if (can_split)
+      options.push_back({"optimizer.master_weights: split and optimizer.state_dtype: int8 (fp32 masters, 8-bit moments)",
+                         full_tuning_state_bytes(params, bytes, true, ranks, sharded, true, true)});
+  }
+  if (o.master_weights && bytes < 4)
+    options.push_back({"optimizer.master_weights: false (bf16 AdamW)",
+                       full_tuning_state_bytes(params, bytes, false, ranks, sharded, false, eight)});
+  for (int64_t more : {2, 4, 8})
+    if (more > ranks)
+      options.push_back({std::to_string(more) + " GPUs with the optimizer state sharded (torchrun --nproc_per_node " +
+                             std::to_string(more) + ")",
+                         full_tuning_state_bytes(params, bytes, o.master_weights, more, true, o.split_masters, eight)});
+  return options;
+}
+
 }  // namespace
 
 int64_t full_tuning_state_bytes(int64_t params, int64_t dtype_bytes, bool master_weights, int64_t ranks,
@@ -46,6 +79,15 @@ int64_t full_tuning_state_bytes(int64_t params, int64_t dtype_bytes, bool master
                                        : params * (masters ? kFp32MomentBytes : 2 * dtype_bytes);
   const int64_t shards = sharded && ranks > 1 ? ranks : 1;
   return params * 2 * dtype_bytes + (params * master + moments) / shards;
+}
+
+OffloadedBytes offloaded_state_bytes(int64_t params, int64_t dtype_bytes, bool master_weights, int64_t ranks,
+                                     bool sharded, bool split, bool moments_8bit) {
+  const int64_t device = params * 2 * dtype_bytes;
+  const int64_t shards = sharded && ranks > 1 ? ranks : 1;
+  const int64_t state =
+      full_tuning_state_bytes(params, dtype_bytes, master_weights, ranks, sharded, split, moments_8bit) - device;
+  return {device, state + params * dtype_bytes / shards};
 }
 
 std::string setup_oom_message(const std::string& phase, const TrainConfig& config, const models::ModelConfig& model,
@@ -65,30 +107,14 @@ std::string setup_oom_message(const std::string& phase, const TrainConfig& confi
   } else {
     const optim::OptimizerSection& o = config.optimizer;
     const bool eight = o.moments == optim::Moments::k8bit;
-    const int64_t now = full_tuning_state_bytes(params, bytes, o.master_weights, ranks, sharded, o.split_masters, eight);
-    msg += "Full fine-tuning needs about " + common::gib_text(now) + " per rank for weights, gradients and "
-           "optimizer state before any activation. Settings that need less:";
-    std::vector<Option> options;
-    const bool can_split = o.master_weights && bytes == 2 && !o.split_masters;
-    if (can_split)
-      options.push_back({"optimizer.master_weights: split (the same training, 2 bytes less per parameter)",
-                         full_tuning_state_bytes(params, bytes, true, ranks, sharded, /*split=*/true, eight)});
-    if (!eight) {
-      options.push_back({"optimizer.state_dtype: int8 (bitsandbytes' AdamW8bit moments, about 2 bytes per parameter "
-                         "instead of " + std::to_string(o.master_weights && bytes < 4 ? kFp32MomentBytes : 2 * bytes) + ")",
-                         full_tuning_state_bytes(params, bytes, o.master_weights, ranks, sharded, o.split_masters, true)});
-      if (can_split)
-        options.push_back({"optimizer.master_weights: split and optimizer.state_dtype: int8 (fp32 masters, 8-bit moments)",
-                           full_tuning_state_bytes(params, bytes, true, ranks, sharded, true, true)});
-    }
-    if (o.master_weights && bytes < 4)
-      options.push_back({"optimizer.master_weights: false (bf16 AdamW)",
-                         full_tuning_state_bytes(params, bytes, false, ranks, sharded, false, eight)});
-    for (int64_t more : {2, 4, 8})
-      if (more > ranks)
-        options.push_back({std::to_string(more) + " GPUs with the optimizer state sharded (torchrun --nproc_per_node " +
-                               std::to_string(more) + ")",
-                           full_tuning_state_bytes(params, bytes, o.master_weights, more, true, o.split_masters, eight)});
+    const bool offloaded = o.offload == optim::Offload::kCpu;
+    const int64_t now = offloaded ? params * 2 * bytes
+                                  : full_tuning_state_bytes(params, bytes, o.master_weights, ranks, sharded,
+                                                            o.split_masters, eight);
+    msg += "Full fine-tuning needs about " + common::gib_text(now) + " per rank for weights, gradients" +
+           (offloaded ? " (the optimizer state is in host memory)" : " and optimizer state") +
+           " before any activation. Settings that need less:";
+    std::vector<Option> options = offloaded ? std::vector<Option>{} : state_options(o, params, bytes, ranks, sharded);
     options.push_back({"adapter.type: lora (a frozen base and small adapters)", params * bytes});
     options.push_back({"adapter.type: qlora (a 4-bit base)", qlora_base_bytes(model, bytes)});
     for (const Option& o : options) msg += "\n  - " + o.setting + ": about " + fits(o.bytes, device_bytes);

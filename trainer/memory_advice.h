@@ -18,6 +18,13 @@ namespace fptrain::trainer {
 // 256), split over `ranks` when sharded.
 int64_t full_tuning_state_bytes(int64_t params, int64_t dtype_bytes, bool master_weights, int64_t ranks,
                                 bool sharded, bool split = false, bool moments_8bit = false);
+// The same split by memory with optimizer.offload: cpu: the device keeps weights and
+// gradients; the host (pinned) the optimizer state and a copy of the rank's weights.
+struct OffloadedBytes {
+  int64_t device = 0, host = 0;
+};
+OffloadedBytes offloaded_state_bytes(int64_t params, int64_t dtype_bytes, bool master_weights, int64_t ranks,
+                                     bool sharded, bool split = false, bool moments_8bit = false);
 
 // The error's text: the phase, the estimate against `device_bytes` for weights of `dtype_bytes`,
 // the settings that need less with their sizes, and LibTorch's message.

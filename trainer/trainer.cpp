@@ -144,6 +144,7 @@ class Run {
   void make_optimizer();
   void wait_for_weights_stage_by_stage();
   nlohmann::json memory_per_rank() const;
+  std::string offloaded_memory_text(const nlohmann::json& m) const;
   bool leader() const { return !group_ || group_->rank() == 0; }
   int rank() const { return group_ ? group_->rank() : 0; }
   int world() const { return group_ ? group_->world_size() : 1; }
@@ -299,6 +300,8 @@ StepRecord Run::train_step_or_explain_oom(const data::TrainStep& ts) {
               "false";
     if (config_.optimizer.moments != optim::Moments::k8bit)
       also += ", or set optimizer.state_dtype: int8 (about 2 bytes per parameter for both moments)";
+    if (config_.optimizer.offload == optim::Offload::kNone && !model_.adapter)
+      also += ", or set optimizer.offload: cpu (masters and moments in host memory)";
     throw std::runtime_error(
         "out of memory in step " + std::to_string(step_ + 1) + " (largest micro-batch " + std::to_string(tokens) +
         " tokens). Lower batching.examples_per_micro_batch or batching.max_tokens (raise "
@@ -492,6 +495,7 @@ void Run::log_set_up() {
                      (optimizer_->split_masters() ? " as 16-bit remainders, " : ", ") +
                      common::gib_text(m["moments_bytes"]) +
                      (optimizer_->moments_8bit() ? " 8-bit moments with their absmax)" : " moments)");
+  if (optimizer_->offloaded()) plan = offloaded_memory_text(m);
   if (device_.device.is_cuda()) {
     const MemoryStats mem = memory_stats(device_.device);
     plan += " (" + common::gib_text(mem.peak_allocated_bytes) + " peak allocated); " +
@@ -499,6 +503,19 @@ void Run::log_set_up() {
             common::gib_text(memory_total(device_.device)) + " left for activations and workspace";
   }
   log::info(plan);
+}
+
+// The set-up memory line of an offloaded optimizer: the device's part, then the host's.
+std::string Run::offloaded_memory_text(const nlohmann::json& m) const {
+  const int64_t host = m["host_optimizer_bytes"], masters = m["master_weights_bytes"], moments = m["moments_bytes"];
+  return "memory of this rank after set-up: " + common::gib_text(m["weights_bytes"]) + " weights, " +
+         common::gib_text(m["gradients_bytes"]) + " gradients, " + common::gib_text(m["optimizer_state_bytes"]) +
+         " optimizer state on the device; optimizer.offload: cpu keeps " + common::gib_text(host) + " in " +
+         (device_.device.is_cuda() ? "pinned " : "") + "host memory (" + common::gib_text(masters) +
+         " master weights" + (optimizer_->split_masters() ? " as 16-bit remainders, " : ", ") +
+         common::gib_text(moments) + (optimizer_->moments_8bit() ? " 8-bit moments, " : " moments, ") +
+         common::gib_text(host - masters - moments) + " weight copy and staging) and updates it in " +
+         std::to_string(optimizer_->flat().layout().buckets().size()) + " bucket(s) on the host";
 }
 
 // What trains with adapters, as PEFT's print_trainable_parameters counts it.
@@ -551,11 +568,12 @@ void Run::make_optimizer() {
     reducer_ = attach_to_group(*group_, *optimizer_);
     comm_clock_ = std::make_unique<CommClock>(device_.device);
   }
-  if (optimizer_->sharded()) wait_for_weights_stage_by_stage();
+  // Sharded all-gathers and an offloaded update both hand back the weights bucket by bucket.
+  if (optimizer_->sharded() || optimizer_->offloaded()) wait_for_weights_stage_by_stage();
 }
 
-// The forward waits for each bucket's all-gather (AdamW::step) just before the
-// first stage that reads it: the embedding, then layer by layer, then the head.
+// The forward waits for each bucket's all-gather or offloaded update (AdamW::step)
+// just before the first stage that reads it: the embedding, then layer by layer, then the head.
 void Run::wait_for_weights_stage_by_stage() {
   const int64_t layers = model_.config.num_hidden_layers;
   std::vector<int64_t> stage_end(static_cast<size_t>(layers + 2), 0);  // stage s at [s + 1]
@@ -647,10 +665,12 @@ nlohmann::json Run::memory_per_rank() const {
   }
   const int64_t grads = optimizer_->flat().grads().nbytes();
   const int64_t masters = optimizer_->master_bytes(), moments = optimizer_->moment_bytes();
-  int64_t state = masters + moments;
+  // Offloaded, masters and moments are host memory: the device holds only the fp32 sums.
+  int64_t state = optimizer_->offloaded() ? 0 : masters + moments;
   if (optimizer_->accumulator().defined()) state += optimizer_->accumulator().nbytes();
   nlohmann::json j = {{"weights_bytes", weights},       {"gradients_bytes", grads}, {"optimizer_state_bytes", state},
                       {"master_weights_bytes", masters}, {"moments_bytes", moments}};
+  if (optimizer_->offloaded()) j["host_optimizer_bytes"] = optimizer_->host_bytes();
   if (device_.device.is_cuda()) {
     const MemoryStats m = memory_stats(device_.device);
     j["activations_and_workspace_peak_bytes"] = std::max<int64_t>(0, m.peak_allocated_bytes - weights - grads - state);

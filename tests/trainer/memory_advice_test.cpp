@@ -2,6 +2,7 @@
 // estimate of weights, gradients and optimizer state, and the settings that need less.
 #include "trainer/memory_advice.h"
 
+#include "common/byte_units.h"
 #include "tests/trainer/trainer_test_util.h"
 
 #include <gtest/gtest.h>
@@ -66,6 +67,35 @@ TEST(MemoryAdvice, SuggestsEightBitMomentsForAnEightBModel) {
   const std::string now = setup_oom_message("allocating the optimizer state", config, model, 2, 1, 80 * kGiB, "");
   EXPECT_NE(now.find("about 60.06 GiB per rank"), std::string::npos) << now;
   EXPECT_EQ(now.find("optimizer.state_dtype: int8"), std::string::npos) << now;
+}
+
+// optimizer.offload: cpu leaves the weights and gradients on the device (Llama-3-8B: 4 bytes
+// per parameter, 29.9 GiB, fits) and puts the state and a weight copy in host memory; once
+// offloaded, the state settings move no device memory and are not offered.
+TEST(MemoryAdvice, OffloadKeepsOnlyWeightsAndGradientsOnTheDevice) {
+  const int64_t n = 1000;
+  const OffloadedBytes one = offloaded_state_bytes(n, 2, true, 1, true);
+  EXPECT_EQ(one.device, n * 4);
+  EXPECT_EQ(one.host, n * 12 + n * 2);  // fp32 masters and moments, the bf16 copy
+  const OffloadedBytes four = offloaded_state_bytes(n, 2, true, 4, true, true);
+  EXPECT_EQ(four.device, n * 4);
+  EXPECT_EQ(four.host, (n * 10 + n * 2) / 4);  // each rank its shard
+  const models::ModelConfig model = llama_shape(128256, 14336, 8);
+  TrainConfig config;
+  const std::string msg = setup_oom_message("allocating the optimizer state", config, model, 2, 1, 80 * kGiB, "");
+  const OffloadedBytes off = offloaded_state_bytes(model.num_parameters(), 2, true, 1, true);
+  EXPECT_NE(msg.find("optimizer.offload: cpu (masters and moments in pinned host memory: about " +
+                     common::gib_text(off.host) + " of host memory per rank; the same training): about " +
+                     common::gib_text(off.device) + " (fits"),
+            std::string::npos)
+      << msg;
+  config.optimizer.offload = optim::Offload::kCpu;
+  const std::string now = setup_oom_message("allocating the optimizer state", config, model, 2, 1, 80 * kGiB, "");
+  EXPECT_NE(now.find("about " + common::gib_text(off.device) + " per rank for weights, gradients (the optimizer "
+                     "state is in host memory)"),
+            std::string::npos)
+      << now;
+  EXPECT_EQ(now.find("optimizer.master_weights: split"), std::string::npos) << now;
 }
 
 // A Llama-2-7B shape with fp32 masters on one 80 GB GPU: 100.41 GiB, what fptrain's set-up measured

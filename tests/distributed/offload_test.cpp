@@ -1,0 +1,65 @@
+// optimizer.offload: cpu with data parallelism (CPU ranks over the TCP store): each rank
+// offloads its shard (or, replicated, the whole state) and trains bit for bit as without
+// offload: losses, gradient norms and every rank's checkpoint file; with two buckets the
+// all-gathers start as the forward waits for each; a sharded run resumes across settings.
+#include "tests/distributed/dist_test_util.h"
+
+namespace fptrain::distributed {
+namespace {
+
+using namespace testing;
+
+const std::string kTokens = "tokens.jsonl";
+
+// The model and the optimizer state: one file per rank when sharded, else rank 0's alone.
+void expect_same_files(const fs::path& a, const fs::path& b, int step, bool sharded = true) {
+  const std::vector<std::string> files =
+      sharded ? std::vector<std::string>{"model.safetensors", "training_state.rank0.safetensors",
+                                         "training_state.rank1.safetensors"}
+              : std::vector<std::string>{"model.safetensors", "training_state.safetensors"};
+  for (const std::string& file : files) {
+    const std::string bytes = read_file(checkpoint_of(a, step) / file);
+    EXPECT_FALSE(bytes.empty()) << a << ": " << file;
+    EXPECT_TRUE(bytes == read_file(checkpoint_of(b, step) / file)) << b << ": " << file << " differs";
+  }
+}
+
+// Sharded split masters with accumulation, and replicated 8-bit moments.
+TEST(DataParallelOffload, TwoRanksOffloadedTrainAsOnTheDevice) {
+  WorkDir dir;
+  const std::vector<std::string> base = {"training.max_steps=5", "data.shuffle=true", "model.dtype=bfloat16",
+                                         "batching.examples_per_micro_batch=2", "batching.grad_accumulation=2"};
+  const std::vector<std::vector<std::string>> forms = {
+      {"distributed.shard_optimizer=true", "optimizer.master_weights=split"},
+      {"distributed.shard_optimizer=false", "optimizer.state_dtype=int8"}};
+  int n = 0;
+  for (const auto& form : forms) {
+    const std::string tag = std::to_string(n++);
+    const auto none = train_run(dir, "none" + tag, 2, kTokens, "", with(base, form));
+    const auto cpu = train_run(dir, "cpu" + tag, 2, kTokens, "", with(with(base, form), {"optimizer.offload=cpu"}));
+    ASSERT_EQ(none.records.size(), 5u) << none.outcome.describe();
+    expect_same_steps(cpu.records, none.records, 0.0);
+    expect_same_files(none.dir, cpu.dir, 5, /*sharded=*/n == 1);
+  }
+}
+
+// An fp32 model of two 1 MiB buckets, sharded: each bucket's all-gather starts when the
+// forward first needs it; stopped offloaded at step 3 and resumed on the device.
+TEST(DataParallelOffload, TwoBucketsShardedAndResumedAcrossSettings) {
+  WorkDir dir;
+  const std::vector<std::string> base = {"training.max_steps=6", "data.shuffle=true", "distributed.bucket_mb=1",
+                                         "distributed.shard_optimizer=true", "batching.examples_per_micro_batch=2",
+                                         "model.path=" + fixture("llama64").string()};
+  const auto none = train_run(dir, "none", 2, kTokens, "", base);
+  const auto cpu = train_run(dir, "cpu", 2, kTokens, "", with(base, {"optimizer.offload=cpu"}));
+  ASSERT_EQ(none.records.size(), 6u) << none.outcome.describe();
+  expect_same_steps(cpu.records, none.records, 0.0);
+  expect_same_files(none.dir, cpu.dir, 6);
+  train_run(dir, "mixed", 2, kTokens, "", with(base, {"optimizer.offload=cpu", "training.stop_at_step=3"}));
+  const auto mixed = train_run(dir, "mixed", 2, kTokens, "", base);
+  expect_same_steps(mixed.records, none.records, 0.0);
+  expect_same_files(none.dir, mixed.dir, 6);
+}
+
+}  // namespace
+}  // namespace fptrain::distributed
