@@ -54,29 +54,62 @@ void dispatch_model_dtype(at::ScalarType s, F&& f) {
 
 // ---- CPU reference -----------------------------------------------------------
 
+// A piece of the gradient buffer on the CPU: logical elements [begin, end), `g` null: zeros.
 template <typename P>
-void cpu_grad_norm(const at::Tensor& grads, const at::Tensor& accum, double max_norm, const at::Tensor& norm,
-                   const at::Tensor& coef) {
-  const P* g = grads.data_ptr<P>();
-  const float* acc = accum.defined() ? accum.data_ptr<float>() : nullptr;
-  const int64_t n = grads.numel();
+struct CpuPiece {
+  const P* g = nullptr;
+  int64_t begin = 0, end = 0;
+};
+
+// Adds x² of logical elements [lo, hi) of one piece into the 16 lanes of a chunk starting at
+// `base`: element i goes to lane (i - base) % 16 before `body_end`, to lane 0 after, as the
+// one-buffer loop placed them, so a buffer cut anywhere on a multiple of 16 sums alike.
+template <typename P>
+void add_squares(const CpuPiece<P>& p, const float* acc, int64_t lo, int64_t hi, int64_t base, int64_t body_end,
+                 std::array<float, 16>& lanes) {
+  if (p.g == nullptr && acc == nullptr) return;  // x = 0: adding +0 to a lane (never -0) changes nothing
+  const P* g = p.g ? p.g - p.begin : nullptr;
+  auto value = [&](int64_t i) { return (g ? static_cast<float>(g[i]) : 0.0f) + (acc ? acc[i] : 0.0f); };
+  const int64_t body = std::min(hi, body_end);
+  int64_t i = lo;
+  for (; i < body && (i - base) % 16 != 0; ++i) {
+    const float x = value(i);
+    lanes[static_cast<size_t>((i - base) % 16)] += x * x;
+  }
+  if (g) {  // the hot loop as the one-buffer code wrote it: 16 independent sums, vectorized
+    for (; i + 16 <= body; i += 16)
+      for (size_t k = 0; k < 16; ++k) {
+        const int64_t j = i + static_cast<int64_t>(k);
+        const float x = static_cast<float>(g[j]) + (acc ? acc[j] : 0.0f);
+        lanes[k] += x * x;
+      }
+  }
+  for (; i < body; ++i) {
+    const float x = value(i);
+    lanes[static_cast<size_t>((i - base) % 16)] += x * x;
+  }
+  for (; i < hi; ++i) {
+    const float x = value(i);
+    lanes[0] += x * x;
+  }
+}
+
+// Chunks of kNormChunk logical elements (whatever the pieces), each summed in 16 fp32 lanes
+// and then in double; the chunks added in order: the one-buffer order, bit for bit.
+template <typename P>
+void cpu_grad_norm(const std::vector<CpuPiece<P>>& pieces, const float* acc, int64_t n, double max_norm,
+                   const at::Tensor& norm, const at::Tensor& coef) {
   const int64_t chunks = (n + kNormChunk - 1) / kNormChunk;
   std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
   at::parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       const int64_t begin = c * kNormChunk, end = std::min(n, begin + kNormChunk);
-      std::array<float, 16> lanes{};  // 16 independent sums: the compiler vectorizes them
-      int64_t i = begin;
-      for (; i + 16 <= end; i += 16)
-        for (size_t k = 0; k < 16; ++k) {
-          const float x = static_cast<float>(g[i + static_cast<int64_t>(k)]) +
-                          (acc ? acc[i + static_cast<int64_t>(k)] : 0.0f);
-          lanes[k] += x * x;
-        }
-      for (; i < end; ++i) {
-        const float x = static_cast<float>(g[i]) + (acc ? acc[i] : 0.0f);
-        lanes[0] += x * x;
-      }
+      const int64_t body_end = begin + (end - begin) / 16 * 16;
+      std::array<float, 16> lanes{};
+      auto it = std::upper_bound(pieces.begin(), pieces.end(), begin,
+                                 [](int64_t at, const CpuPiece<P>& p) { return at < p.end; });
+      for (; it != pieces.end() && it->begin < end; ++it)
+        add_squares(*it, acc, std::max(begin, it->begin), std::min(end, it->end), begin, body_end, lanes);
       double s = 0.0;
       for (float l : lanes) s += l;
       partial[static_cast<size_t>(c)] = s;
@@ -135,14 +168,36 @@ void cpu_accumulate(const at::Tensor& accum, const at::Tensor& grads) {
 
 // ---- ATen fallback for CUDA tensors in a build without our kernels ------------
 
-void aten_grad_norm(const at::Tensor& grads, const at::Tensor& accum, double max_norm, const at::Tensor& norm,
-                    const at::Tensor& coef) {
-  at::Tensor x = grads.to(at::kFloat);
+void aten_grad_norm(const std::vector<GradPiece>& pieces, int64_t n, const at::Tensor& accum, double max_norm,
+                    const at::Tensor& norm, const at::Tensor& coef) {
+  at::Tensor x = at::zeros({n}, norm.options());
+  for (const GradPiece& p : pieces)
+    if (p.grads.defined()) x.narrow(0, p.offset, p.numel).copy_(p.grads);
   if (accum.defined()) x = x + accum;
   const at::Tensor total = at::linalg_vector_norm(x, 2);
   norm.copy_(total.reshape(norm.sizes()));
   if (max_norm > 0) coef.copy_(at::clamp_max(max_norm / (total + 1e-6), 1.0).reshape(coef.sizes()));
   else coef.fill_(1.0);
+}
+
+// The pieces cover [0, n) in order without gaps, those with storage 1-D, contiguous, of their
+// length, one floating dtype, on norm's device. Returns n; `like`: the first with storage.
+int64_t check_pieces(const std::vector<GradPiece>& pieces, const at::Tensor& norm, const at::Tensor*& like) {
+  int64_t n = 0;
+  for (const GradPiece& p : pieces) {
+    if (p.offset != n || p.numel < 0)
+      throw std::invalid_argument("flat optimizer: gradient pieces must cover the buffer in order, without gaps");
+    n += p.numel;
+    if (!p.grads.defined()) continue;
+    if (p.grads.dim() != 1 || !p.grads.is_contiguous() || p.grads.numel() != p.numel ||
+        p.grads.device() != norm.device())
+      throw std::invalid_argument("flat optimizer: a gradient piece must be a contiguous 1-D tensor of its length "
+                                  "on the norm's device");
+    check_model_dtype(p.grads);
+    if (like) check_dtype(p.grads, like->scalar_type(), "every gradient piece");
+    else like = &p.grads;
+  }
+  return n;
 }
 
 void aten_step(const at::Tensor& weights, const at::Tensor& master, const at::Tensor& exp_avg,
@@ -167,25 +222,37 @@ bool cuda_kernels_built() { return cuda::kernels_built(); }
 void grad_norm(const at::Tensor& grads, const at::Tensor& accum, double max_norm, const at::Tensor& norm,
                const at::Tensor& coef) {
   check_buffer(grads, "the gradient buffer", grads);
-  check_model_dtype(grads);
-  if (accum.defined()) {
-    check_buffer(accum, "the fp32 accumulator", grads);
-    check_dtype(accum, at::kFloat, "the fp32 accumulator");
-  }
+  grad_norm(std::vector<GradPiece>{{grads, 0, grads.numel()}}, accum, max_norm, norm, coef);
+}
+
+void grad_norm(const std::vector<GradPiece>& pieces, const at::Tensor& accum, double max_norm,
+               const at::Tensor& norm, const at::Tensor& coef) {
+  const at::Tensor* like = nullptr;  // the first piece with storage: dtype and device of them all
+  const int64_t n = check_pieces(pieces, norm, like);
+  if (accum.defined() && (accum.dim() != 1 || !accum.is_contiguous() || accum.numel() != n ||
+                          accum.device() != norm.device()))
+    throw std::invalid_argument("flat optimizer: the fp32 accumulator must be a contiguous 1-D buffer of the "
+                                "gradients' length and device");
+  if (accum.defined()) check_dtype(accum, at::kFloat, "the fp32 accumulator");
   for (const at::Tensor* t : {&norm, &coef}) {
-    if (!t->defined() || t->numel() != 1 || t->scalar_type() != at::kFloat || t->device() != grads.device())
+    if (!t->defined() || t->numel() != 1 || t->scalar_type() != at::kFloat || t->device() != norm.device())
       throw std::invalid_argument("flat optimizer: norm and coef must be fp32 scalars on the gradients' device");
   }
-  if (grads.is_cuda() && cuda::kernels_built()) {
-    cuda::grad_norm(grads, accum, max_norm, norm, coef);
+  const at::ScalarType dtype = like ? like->scalar_type() : at::kFloat;  // no storage at all: zeros, any dtype
+  if (norm.is_cuda() && cuda::kernels_built()) {
+    cuda::grad_norm(pieces, dtype, n, accum, max_norm, norm, coef);
     return;
   }
-  if (!grads.is_cpu()) {  // CUDA without the kernels, or another device
-    aten_grad_norm(grads, accum, max_norm, norm, coef);
+  if (!norm.is_cpu()) {  // CUDA without the kernels, or another device
+    aten_grad_norm(pieces, n, accum, max_norm, norm, coef);
     return;
   }
-  dispatch_model_dtype(grads.scalar_type(), [&](auto tag) {
-    cpu_grad_norm<decltype(tag)>(grads, accum, max_norm, norm, coef);
+  dispatch_model_dtype(dtype, [&](auto tag) {
+    using P = decltype(tag);
+    std::vector<CpuPiece<P>> cpu;
+    for (const GradPiece& p : pieces)
+      cpu.push_back({p.grads.defined() ? p.grads.data_ptr<P>() : nullptr, p.offset, p.offset + p.numel});
+    cpu_grad_norm<P>(cpu, accum.defined() ? accum.data_ptr<float>() : nullptr, n, max_norm, norm, coef);
   });
 }
 

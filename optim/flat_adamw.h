@@ -9,6 +9,8 @@
 
 #include <ATen/ATen.h>
 
+#include <vector>
+
 namespace fptrain::optim::flat {
 
 // The configured hyperparameters and the step being taken (1 for the first).
@@ -28,6 +30,21 @@ struct AdamWHyper {
 // host synchronization.
 void grad_norm(const at::Tensor& grads, const at::Tensor& accum, double max_norm, const at::Tensor& norm,
                const at::Tensor& coef);
+
+// One piece of a gradient buffer cut into pieces (optim/flat_gradients.h's buckets):
+// elements [offset, offset + numel) of the whole, held by `grads` (1-D, contiguous, numel
+// elements) or, undefined, zeros.
+struct GradPiece {
+  at::Tensor grads;
+  int64_t offset = 0;
+  int64_t numel = 0;
+};
+
+// grad_norm() of the buffer that `pieces` (in order, covering [0, n) without gaps, one
+// dtype and device) cut: the same sums in the same order as over one buffer, so the
+// same bits. accum (fp32 [n], may be undefined) as in grad_norm().
+void grad_norm(const std::vector<GradPiece>& pieces, const at::Tensor& accum, double max_norm,
+               const at::Tensor& norm, const at::Tensor& coef);
 
 // One AdamW step in one pass: g = (accum + grads) * coef (accum, coef optional);
 // with `master` (fp32) the update runs on it and weights (model dtype) receive its

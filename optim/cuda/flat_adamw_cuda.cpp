@@ -17,7 +17,8 @@
 namespace fptrain::optim::cuda {
 namespace {
 
-Dtype dtype_of(const at::Tensor& t) { return common::cuda::dtype_of(t.scalar_type(), "optim/cuda"); }
+Dtype dtype_of(at::ScalarType s) { return common::cuda::dtype_of(s, "optim/cuda"); }
+Dtype dtype_of(const at::Tensor& t) { return dtype_of(t.scalar_type()); }
 
 template <typename T>
 T* ptr_or_null(const at::Tensor& t) {
@@ -25,22 +26,25 @@ T* ptr_or_null(const at::Tensor& t) {
 }
 
 // Per device: kNormMaxBlocks partial sums and the zeroed counter of the last-block
-// reduction. The kernel leaves the counter zeroed, so it is set once.
+// reduction (the kernel leaves the counter zeroed, so it is set once), and the
+// threads' running sums for norms of more pieces than one launch takes.
 struct NormScratch {
   at::Tensor partials;
   at::Tensor counter;
+  at::Tensor carry;
 };
 
-NormScratch& norm_scratch(const at::Device& device) {
+NormScratch& norm_scratch(const at::Device& device, bool carry) {
   static std::mutex mutex;
   static std::unordered_map<int, NormScratch> by_device;
   std::lock_guard<std::mutex> lock(mutex);
   NormScratch& s = by_device[device.index()];
+  const auto opts = at::TensorOptions().device(device);
   if (!s.partials.defined()) {
-    const auto opts = at::TensorOptions().device(device);
     s.partials = at::empty({kNormMaxBlocks}, opts.dtype(at::kFloat));
     s.counter = at::zeros({1}, opts.dtype(at::kInt));
   }
+  if (carry && !s.carry.defined()) s.carry = at::empty({kNormCarryFloats}, opts.dtype(at::kFloat));
   return s;
 }
 
@@ -48,20 +52,26 @@ NormScratch& norm_scratch(const at::Device& device) {
 
 bool kernels_built() { return true; }
 
-void grad_norm(const at::Tensor& grads, const at::Tensor& accum, double max_norm, const at::Tensor& norm,
-               const at::Tensor& coef) {
-  const c10::cuda::CUDAGuard guard(grads.device());
-  NormScratch& scratch = norm_scratch(grads.device());
+void grad_norm(const std::vector<flat::GradPiece>& pieces, at::ScalarType dtype, int64_t n, const at::Tensor& accum,
+               double max_norm, const at::Tensor& norm, const at::Tensor& coef) {
+  const c10::cuda::CUDAGuard guard(norm.device());
+  const bool carry = pieces.size() > static_cast<size_t>(kNormMaxPieces);
+  NormScratch& scratch = norm_scratch(norm.device(), carry);
+  std::vector<NormPiece> table;
+  for (const flat::GradPiece& p : pieces)
+    table.push_back({p.grads.defined() ? p.grads.data_ptr() : nullptr, p.offset, p.offset + p.numel});
   NormArgs a;
-  a.dtype = dtype_of(grads);
-  a.grads = grads.data_ptr();
+  a.dtype = dtype_of(dtype);
+  a.pieces = table.data();
+  a.pieces_count = static_cast<int>(table.size());
   a.accum = ptr_or_null<const float>(accum);
-  a.n = grads.numel();
+  a.n = n;
   a.max_norm = static_cast<float>(max_norm);
   a.norm = norm.data_ptr<float>();
   a.coef = coef.data_ptr<float>();
   a.partials = scratch.partials.data_ptr<float>();
   a.counter = reinterpret_cast<unsigned*>(scratch.counter.data_ptr<int>());
+  a.carry = carry ? scratch.carry.data_ptr<float>() : nullptr;
   flat_grad_norm(a, at::cuda::getCurrentCUDAStream());
 }
 

@@ -15,8 +15,9 @@ namespace fptrain::optim::cuda {
 // other functions are never called then.
 bool kernels_built();
 
-void grad_norm(const at::Tensor& grads, const at::Tensor& accum, double max_norm, const at::Tensor& norm,
-               const at::Tensor& coef);
+// The norm of the buffer of n elements that `pieces` cut (flat::grad_norm's checks done), dtype `dtype`.
+void grad_norm(const std::vector<flat::GradPiece>& pieces, at::ScalarType dtype, int64_t n, const at::Tensor& accum,
+               double max_norm, const at::Tensor& norm, const at::Tensor& coef);
 void adamw_step(const at::Tensor& weights, const at::Tensor& master, const at::Tensor& exp_avg,
                 const at::Tensor& exp_avg_sq, const at::Tensor& grads, const at::Tensor& accum,
                 const at::Tensor& coef, const flat::AdamWScalars& scalars);

@@ -14,7 +14,10 @@ namespace {
 
 bool kernels_built() { return false; }
 
-void grad_norm(const at::Tensor&, const at::Tensor&, double, const at::Tensor&, const at::Tensor&) { not_built(); }
+void grad_norm(const std::vector<flat::GradPiece>&, at::ScalarType, int64_t, const at::Tensor&, double,
+               const at::Tensor&, const at::Tensor&) {
+  not_built();
+}
 
 void adamw_step(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                 const at::Tensor&, const at::Tensor&, const flat::AdamWScalars&) {

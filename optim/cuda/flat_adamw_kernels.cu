@@ -236,32 +236,72 @@ __device__ __forceinline__ T block_sum(T x) {
   return total;
 }
 
+// One launch's share of the norm: up to kNormMaxPieces pieces, whether the
+// threads start from zero or from their carried sums, and whether this launch
+// finishes the norm.
+struct NormLaunch {
+  NormPiece pieces[kNormMaxPieces];
+  int count = 0;
+  const float* accum = nullptr;
+  int64_t n = 0;
+  float max_norm = 0.0f;
+  float* norm = nullptr;
+  float* coef = nullptr;
+  float* partials = nullptr;
+  unsigned* counter = nullptr;
+  float* carry = nullptr;
+  bool first = true, last = true;
+};
+
+// Adds the squares of this thread's units (of kVector ? 8 : 1 elements) of one
+// piece: the units u ≡ t (mod stride) of the whole buffer that the piece holds.
 template <typename P, bool kAccum, bool kVector>
-__global__ void __launch_bounds__(kThreads) grad_norm_kernel(NormArgs a) {
-  const P* grads = static_cast<const P*>(a.grads);
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  float sum = 0.0f;
-  int64_t scalar_from = 0;
-  if (kVector) {
-    const int64_t groups = a.n / kVec;
-    for (int64_t u = t; u < groups; u += stride) {
-      float g[8];
-      load8(grads + u * kVec, g);
+__device__ __forceinline__ float piece_squares(const NormPiece& p, const float* accum, int64_t units, int64_t t,
+                                               int64_t stride, float sum) {
+  constexpr int64_t unit = kVector ? kVec : 1;
+  if (p.grads == nullptr && !kAccum) return sum;  // zeros: fmaf(0, 0, sum) is sum
+  const P* g = static_cast<const P*>(p.grads);
+  const int64_t ub = p.begin / unit, ue = p.end / unit < units ? p.end / unit : units;
+  for (int64_t u = ub + ((t - ub) % stride + stride) % stride; u < ue; u += stride) {
+    const int64_t i = u * unit;
+    float x[kVector ? kVec : 1];
+    if constexpr (kVector) {
+      if (g) load8(g + (i - p.begin), x);
+      else for (int k = 0; k < kVec; ++k) x[k] = 0.0f;
       if (kAccum) {
         float acc[8];
-        load8(a.accum + u * kVec, acc);
+        load8(accum + i, acc);
 #pragma unroll
-        for (int k = 0; k < 8; ++k) g[k] += acc[k];
+        for (int k = 0; k < 8; ++k) x[k] += acc[k];
       }
-#pragma unroll
-      for (int k = 0; k < 8; ++k) sum = fmaf(g[k], g[k], sum);
+    } else {
+      x[0] = (g ? to_float(g[i - p.begin]) : 0.0f) + (kAccum ? accum[i] : 0.0f);
     }
-    scalar_from = groups * kVec;
+#pragma unroll
+    for (int k = 0; k < unit; ++k) sum = fmaf(x[k], x[k], sum);
   }
-  for (int64_t i = scalar_from + t; i < a.n; i += stride) {
-    const float x = to_float(grads[i]) + (kAccum ? a.accum[i] : 0.0f);
-    sum = fmaf(x, x, sum);
+  return sum;
+}
+
+template <typename P, bool kAccum, bool kVector>
+__global__ void __launch_bounds__(kThreads) grad_norm_kernel(NormLaunch a) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t units = kVector ? a.n / kVec : a.n;
+  float sum = a.first ? 0.0f : a.carry[t];
+  for (int k = 0; k < a.count; ++k)
+    sum = piece_squares<P, kAccum, kVector>(a.pieces[k], a.accum, units, t, stride, sum);
+  if (!a.last) {
+    a.carry[t] = sum;
+    return;
+  }
+  if (kVector && a.count > 0) {  // the n % 8 elements at the end, in the last piece, one per thread as before
+    const NormPiece& p = a.pieces[a.count - 1];
+    const P* g = static_cast<const P*>(p.grads);
+    for (int64_t i = units * kVec + t; i < a.n; i += stride) {
+      const float x = (g ? to_float(g[i - p.begin]) : 0.0f) + (kAccum ? a.accum[i] : 0.0f);
+      sum = fmaf(x, x, sum);
+    }
   }
   const float block_total = block_sum(sum);
 
@@ -287,20 +327,55 @@ __global__ void __launch_bounds__(kThreads) grad_norm_kernel(NormArgs a) {
   }
 }
 
-template <typename P>
+// The 8-element variant needs every piece and the fp32 sums 16-byte aligned and
+// every cut on a multiple of 8 (the last piece may end anywhere).
+bool norm_vector(const NormArgs& a) {
+  if (!aligned16(a.accum)) return false;
+  for (int k = 0; k < a.pieces_count; ++k) {
+    const NormPiece& p = a.pieces[k];
+    if (!aligned16(p.grads) || p.begin % kVec != 0 || (p.end % kVec != 0 && p.end != a.n)) return false;
+  }
+  return true;
+}
+
+template <typename P, bool kAccum, bool kVector>
 void launch_norm(const NormArgs& a, cudaStream_t stream) {
-  const bool vector = aligned16(a.grads) && aligned16(a.accum);
-  const int64_t units = vector ? a.n / kVec : a.n;
+  const int64_t units = kVector ? a.n / kVec : a.n;
   int64_t blocks = (units + kThreads - 1) / kThreads;
   blocks = blocks < 1 ? 1 : blocks > kNormMaxBlocks ? kNormMaxBlocks : blocks;
+  NormLaunch l;
+  l.accum = a.accum;
+  l.n = a.n;
+  l.max_norm = a.max_norm;
+  l.norm = a.norm;
+  l.coef = a.coef;
+  l.partials = a.partials;
+  l.counter = a.counter;
+  l.carry = a.carry;
+  if (a.pieces_count > kNormMaxPieces && a.carry == nullptr)
+    throw std::invalid_argument("optim/cuda: more gradient pieces than one launch takes, and no carry buffer");
+  int done = 0;
+  do {
+    l.count = a.pieces_count - done < kNormMaxPieces ? a.pieces_count - done : kNormMaxPieces;
+    for (int k = 0; k < l.count; ++k) l.pieces[k] = a.pieces[done + k];
+    l.first = done == 0;
+    done += l.count;
+    l.last = done == a.pieces_count;
+    grad_norm_kernel<P, kAccum, kVector><<<blocks, kThreads, 0, stream>>>(l);
+    check_cuda(cudaGetLastError(), "flat gradient norm launch");
+  } while (!l.last);
+}
+
+template <typename P>
+void launch_norm(const NormArgs& a, cudaStream_t stream) {
+  const bool vector = norm_vector(a);
   if (a.accum) {
-    if (vector) grad_norm_kernel<P, true, true><<<blocks, kThreads, 0, stream>>>(a);
-    else grad_norm_kernel<P, true, false><<<blocks, kThreads, 0, stream>>>(a);
+    if (vector) launch_norm<P, true, true>(a, stream);
+    else launch_norm<P, true, false>(a, stream);
   } else {
-    if (vector) grad_norm_kernel<P, false, true><<<blocks, kThreads, 0, stream>>>(a);
-    else grad_norm_kernel<P, false, false><<<blocks, kThreads, 0, stream>>>(a);
+    if (vector) launch_norm<P, false, true>(a, stream);
+    else launch_norm<P, false, false>(a, stream);
   }
-  check_cuda(cudaGetLastError(), "flat gradient norm launch");
 }
 
 // ---- fp32 accumulation -------------------------------------------------------

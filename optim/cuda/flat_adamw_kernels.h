@@ -66,10 +66,24 @@ void flat_adamw8bit_step(const Step8Args& args, cudaStream_t stream);
 // one launch: the last block to finish writes norm[0] = the norm and
 // coef[0] = clip_coefficient(norm, max_norm). `partials` holds kNormMaxBlocks
 // floats and `counter` one zeroed unsigned, which the kernel leaves zeroed.
+//
+// The gradients may be cut into pieces (optim/flat_gradients.h's buckets): piece k
+// holds elements [begin, end) of the n, in order and without gaps, or zeros
+// (grads null). Thread t sums the same elements in the same order as over one
+// buffer (t, t + stride, ... of the whole), so the norm is the same bits however
+// the buffer is cut. Up to kNormMaxPieces pieces go in one launch; more take
+// several, each thread's running sum carried in `carry` (kNormMaxBlocks x 256 floats).
 constexpr int kNormMaxBlocks = 1024;
+constexpr int kNormCarryFloats = kNormMaxBlocks * 256;
+constexpr int kNormMaxPieces = 32;
+struct NormPiece {
+  const void* grads = nullptr;  // null: zeros
+  int64_t begin = 0, end = 0;
+};
 struct NormArgs {
   Dtype dtype = Dtype::kBFloat16;
-  const void* grads = nullptr;
+  const NormPiece* pieces = nullptr;  // host array
+  int pieces_count = 0;
   const float* accum = nullptr;
   int64_t n = 0;
   float max_norm = 0.0f;
@@ -77,6 +91,7 @@ struct NormArgs {
   float* coef = nullptr;
   float* partials = nullptr;
   unsigned* counter = nullptr;
+  float* carry = nullptr;  // needed only with more than kNormMaxPieces pieces
 };
 void flat_grad_norm(const NormArgs& args, cudaStream_t stream);
 
