@@ -83,6 +83,7 @@ OffloadedStep::OffloadedStep(std::vector<Range> ranges, at::Tensor device_weight
 }
 
 OffloadedStep::~OffloadedStep() {
+  stopping_ = true;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
@@ -162,6 +163,14 @@ void OffloadedStep::run() {
     } catch (...) {
       failure = std::current_exception();
     }
+    try {  // the next step rewrites the host buffers; a failed or stopped one leaves no copy running
+      if (cuda_) {
+        cuda_->to_host.synchronize();
+        cuda_->to_device.synchronize();
+      }
+    } catch (...) {
+      if (!failure) failure = std::current_exception();
+    }
     lock.lock();
     if (failure) failure_ = failure;
     running_ = false;
@@ -176,7 +185,7 @@ void OffloadedStep::copy_in(Job& job, size_t k) {
   const int64_t n = ranges_[k].numel;
   std::optional<c10::cuda::CUDAStreamGuard> guard;
   if (cuda_) guard.emplace(cuda_->to_host);
-  if (k == 0 && job.clip) host_coef_.copy_(job.coef, /*non_blocking=*/true);
+  if (k == 0 && job.clip) host_coef_.copy_(job.coef.reshape({1}), /*non_blocking=*/true);
   grad_slots_[k % 2].narrow(0, 0, n).copy_(in.grads, /*non_blocking=*/true);
   if (in.accum.defined()) accum_slots_[k % 2].narrow(0, 0, n).copy_(in.accum, /*non_blocking=*/true);
   for (const at::Tensor& t : in.zero_after) t.zero_();
@@ -204,7 +213,7 @@ void OffloadedStep::run_job(Job& job) {
   }
   const size_t n = job.inputs.size();
   if (n > 0) copy_in(job, 0);
-  for (size_t k = 0; k < n; ++k) {
+  for (size_t k = 0; k < n && !stopping_; ++k) {
     if (k + 1 < n) copy_in(job, k + 1);  // one range ahead: its copy overlaps this update
     if (cuda_) cuda_->copied[k % 2].synchronize();
     const bool accum = job.inputs[k].accum.defined();
@@ -223,7 +232,7 @@ void OffloadedStep::run_job(Job& job) {
     }
     cv_.notify_all();
   }
-  if (cuda_) cuda_->to_device.synchronize();  // the next step rewrites the host weights
+
 }
 
 }  // namespace fptrain::optim

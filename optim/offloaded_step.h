@@ -26,6 +26,7 @@
 
 #include <ATen/ATen.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -110,6 +111,7 @@ class OffloadedStep {
   size_t done_ = 0;           // ranges of job_ copied back (or queued to be)
   bool running_ = false;      // job_ handed to the worker and not finished
   bool stop_ = false;
+  std::atomic<bool> stopping_{false};  // the destructor: a running step ends after its current range
   std::exception_ptr failure_;
   std::thread worker_;
 };

@@ -242,7 +242,11 @@ StepRecord Run::train_step(const data::TrainStep& ts) {
     if (fp32_sums) optimizer_->reduce_accumulated();
     reducer_->arm();
   };
-  if (remaining == 0) before_last();  // nothing to compute: this rank still reduces with the others
+  if (remaining == 0) {  // nothing to compute: this rank still reduces with the others
+    // ... after the all-gathers that the others' forward starts bucket by bucket (offloaded).
+    optimizer_->wait_for_all_weights();
+    before_last();
+  }
   if (grad_sinks_) grad_sinks_->begin_step();
   for (const auto& mb : ts.micro_batches) {
     if (mb.num_tokens == 0) continue;  // an empty slot at the end of an epoch

@@ -61,5 +61,21 @@ TEST(DataParallelOffload, TwoBucketsShardedAndResumedAcrossSettings) {
   expect_same_files(none.dir, mixed.dir, 6);
 }
 
+// The epoch's last step has one micro-batch: rank 1 runs no forward, so it starts the
+// offloaded all-gathers before its reductions, in the order rank 0's forward starts them.
+TEST(DataParallelOffload, AnIdleRankKeepsTheCollectivesInOrder) {
+  WorkDir dir;
+  const std::vector<std::string> base = {"training.max_steps=0", "training.epochs=1", "distributed.bucket_mb=1",
+                                         "batching.balance_ranks=false",
+                                         "batching.examples_per_micro_batch=7", "distributed.shard_optimizer=true",
+                                         "model.path=" + fixture("llama64").string()};
+  const auto none = train_run(dir, "none", 2, kTokens, "", base);
+  const auto cpu = train_run(dir, "cpu", 2, kTokens, "", with(base, {"optimizer.offload=cpu"}));
+  ASSERT_EQ(none.records.size(), 18u) << none.outcome.describe();
+  EXPECT_EQ(none.records.back()["examples"], 2);
+  expect_same_steps(cpu.records, none.records, 0.0);
+  expect_same_files(none.dir, cpu.dir, 18);
+}
+
 }  // namespace
 }  // namespace fptrain::distributed
