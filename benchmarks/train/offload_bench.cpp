@@ -1,0 +1,143 @@
+// optimizer.offload: cpu against the device's AdamW, the optimizer alone on one GPU: for each
+// state form, one step (norm + AdamW) on a Llama-shaped bf16 parameter set, then the buckets
+// waited for in order as the next forward waits for them. Reports, per form and setting, the
+// mean milliseconds until the first bucket and until every bucket is back on the device (on
+// the device: the step kernels), the device memory the optimizer added and the host memory
+// it keeps. Timed with CUDA events (the host update blocks the waits, so the events measure it).
+//
+//   offload_bench [--shape llama3-1b|llama3-3b|llama2-7b|llama3-8b] [--iters N] [--bucket-mb M] [--out DIR]
+#include "models/model_config.h"
+#include "models/parameter_layout.h"
+#include "optim/adamw.h"
+
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace fptrain;
+
+models::ModelConfig shape_config(const std::string& shape) {
+  models::ModelConfig c;
+  auto set = [&](int64_t vocab, int64_t hidden, int64_t inter, int64_t layers, int64_t heads, int64_t kv, bool tied) {
+    c.vocab_size = vocab;
+    c.hidden_size = hidden;
+    c.intermediate_size = inter;
+    c.num_hidden_layers = layers;
+    c.num_attention_heads = heads;
+    c.num_key_value_heads = kv;
+    c.head_dim = hidden / heads;
+    c.tie_word_embeddings = tied;
+  };
+  if (shape == "llama2-7b") set(32000, 4096, 11008, 32, 32, 32, false);
+  else if (shape == "llama3-8b") set(128256, 4096, 14336, 32, 32, 8, false);
+  else if (shape == "llama3-3b") set(128256, 3072, 8192, 28, 24, 8, true);
+  else if (shape == "llama3-1b") set(128256, 2048, 8192, 16, 32, 8, true);
+  else throw std::invalid_argument("unknown --shape " + shape);
+  return c;
+}
+
+struct Form {
+  std::string name;
+  bool split;
+  optim::Moments moments;
+};
+
+int64_t allocated() { return c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].current; }
+
+// One form under one setting: mean ms to the first and the last bucket, memory.
+nlohmann::ordered_json measure(const models::ModelConfig& config, const Form& f, optim::Offload offload, int iters,
+                               int64_t bucket_mb) {
+  std::vector<std::string> names;
+  std::vector<at::Tensor> params;
+  for (const auto& p : models::parameter_layout(config)) {
+    names.push_back(p.name);
+    params.push_back((at::randn(p.shape, at::TensorOptions().device(at::kCUDA)) * 0.02).to(at::kBFloat16).requires_grad_(true));
+  }
+  const int64_t before = allocated();
+  optim::OptimizerSection o;
+  o.split_masters = f.split;
+  o.moments = f.moments;
+  o.offload = offload;
+  optim::DataParallelSpec dp;
+  dp.bucket_elements = bucket_mb << 19;  // bf16
+  optim::AdamW opt(names, params, o, optim::FlatLayout::kDefaultAlignment, dp);
+  const int64_t device_bytes = allocated() - before;
+  double first = 0, last = 0;
+  for (int it = 0; it <= iters; ++it) {  // iteration 0 warms up
+    opt.flat().grads().normal_(0.0, 1e-3);
+    at::cuda::CUDAEvent start(cudaEventDefault), first_ready(cudaEventDefault), all_ready(cudaEventDefault);
+    start.record();
+    opt.grad_norm(1.0);
+    opt.step(1e-5);
+    const auto& buckets = opt.flat().layout().buckets();
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      opt.wait_for_weights(buckets[b].offset + buckets[b].size);
+      if (b == 0) first_ready.record();
+    }
+    all_ready.record();
+    all_ready.synchronize();
+    if (it == 0) continue;
+    first += start.elapsed_time(first_ready) / iters;
+    last += start.elapsed_time(all_ready) / iters;
+  }
+  return {{"form", f.name},
+          {"offload", offload == optim::Offload::kCpu ? "cpu" : "none"},
+          {"buckets", opt.flat().layout().buckets().size()},
+          {"first_bucket_ms", first},
+          {"step_ms", last},
+          {"device_bytes_added", device_bytes},
+          {"host_bytes", opt.host_bytes()}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string shape = "llama3-1b", out_dir = ".";
+  int iters = 3;
+  int64_t bucket_mb = 512;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i], v = argv[i + 1];
+    if (a == "--shape") shape = v;
+    else if (a == "--iters") iters = std::stoi(v);
+    else if (a == "--bucket-mb") bucket_mb = std::stoll(v);
+    else if (a == "--out") out_dir = v;
+  }
+  const models::ModelConfig config = shape_config(shape);
+  const std::vector<Form> forms = {{"split masters, 8-bit moments", true, optim::Moments::k8bit},
+                                   {"split masters, fp32 moments", true, optim::Moments::kFull},
+                                   {"fp32 masters, fp32 moments", false, optim::Moments::kFull}};
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  std::string md = "| form | offload | buckets | first bucket ms | step ms | device GiB added | host GiB |\n"
+                   "| --- | --- | ---: | ---: | ---: | ---: | ---: |\n";
+  for (const Form& f : forms)
+    for (const optim::Offload offload : {optim::Offload::kNone, optim::Offload::kCpu}) {
+      nlohmann::ordered_json r;
+      try {
+        r = measure(config, f, offload, iters, bucket_mb);
+      } catch (const std::exception& e) {  // out of device or host memory: the row says so
+        r = {{"form", f.name}, {"offload", offload == optim::Offload::kCpu ? "cpu" : "none"}, {"error", e.what()}};
+        std::fprintf(stderr, "%s / %s: %s\n", f.name.c_str(), r["offload"].get<std::string>().c_str(), e.what());
+        rows.push_back(r);
+        continue;
+      }
+      char line[256];
+      std::snprintf(line, sizeof line, "| %s | %s | %zu | %.1f | %.1f | %.2f | %.2f |\n", f.name.c_str(),
+                    r["offload"].get<std::string>().c_str(), r["buckets"].get<size_t>(), r["first_bucket_ms"].get<double>(),
+                    r["step_ms"].get<double>(), r["device_bytes_added"].get<int64_t>() / 1073741824.0,
+                    r["host_bytes"].get<int64_t>() / 1073741824.0);
+      md += line;
+      std::fputs(line, stdout);
+      rows.push_back(r);
+    }
+  std::ofstream(out_dir + "/offload-bench.json") << nlohmann::ordered_json{{"shape", shape}, {"rows", rows}}.dump(2) << "\n";
+  std::ofstream(out_dir + "/offload-bench.md") << "offload_bench --shape " << shape << " (mean of " << iters
+                                               << " steps)\n\n" << md;
+  return 0;
+}
