@@ -38,7 +38,9 @@ std::vector<at::Tensor> params_like(at::ScalarType dtype) {
 at::Tensor loss(const std::vector<at::Tensor>& p, uint64_t seed) {
   auto gen = at::detail::createCPUGenerator(seed);
   const at::Tensor ids = at::randint(0, 300, {64}, gen).to(at::kCUDA), targets = at::randint(0, 300, {64}, gen).to(at::kCUDA);
-  at::Tensor h = at::tanh(p[0].index_select(0, ids).mm(p[1]) + p[2]).mm(p[3]) * p[4];
+  // One-hot rows rather than index_select, whose backward adds with atomics (not repeatable).
+  const at::Tensor rows = at::one_hot(ids, 300).to(p[0].scalar_type()).mm(p[0]);
+  at::Tensor h = at::tanh(rows.mm(p[1]) + p[2]).mm(p[3]) * p[4];
   h = at::tanh(h.mm(p[5])).mm(p[6]);
   return -h.mm(p[7]).to(at::kFloat).log_softmax(1).gather(1, targets.unsqueeze(1)).sum();
 }
