@@ -19,17 +19,18 @@ at::Tensor sink_backward(AutogradContext* ctx, const at::Tensor& dy, at::Tensor&
   at::Tensor dx;
   if (ctx->needs_input_grad(0)) dx = dy.mm(weight);
   if (!ctx->needs_input_grad(1)) return dx;
-  if (sink == nullptr || !sink->grad.defined()) {
+  if (sink == nullptr || !sink->grad) {
     dweight = dy.t().mm(x);
     return dx;
   }
+  at::Tensor grad = sink->grad(/*need=*/true);
   if (!sink->written) {
-    at::mm_out(sink->grad, dy.t(), x);  // overwrites last step's values: nothing to zero first
+    at::mm_out(grad, dy.t(), x);  // overwrites what the slot held: nothing to zero first
     sink->written = true;
   } else {
     // Later micro-batches add theirs in the GEMM's epilogue (beta = 1): no temporary, and the sum is rounded
     // once (AccumulateGrad rounds the product to the weight's dtype first, then the sum).
-    sink->grad.addmm_(dy.t(), x);
+    grad.addmm_(dy.t(), x);
   }
   // The undefined gradient returned for the weight still reaches its AccumulateGrad node, which adds
   // nothing and runs its post-accumulate hooks (the data-parallel reducer counts on them) after this.
@@ -82,13 +83,13 @@ struct SinkLinearWithBias : public torch::autograd::Function<SinkLinearWithBias<
 at::Tensor replayed_sink_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                                 GradSink* sink) {
   if (x.dim() != 2) throw std::invalid_argument("replayed_sink_linear: x must be 2-D [tokens, features]");
-  const auto address = reinterpret_cast<int64_t>(sink != nullptr && sink->grad.defined() ? sink : nullptr);
+  const auto address = reinterpret_cast<int64_t>(sink != nullptr && sink->grad ? sink : nullptr);
   return bias.defined() ? SinkLinearWithBias<true>::apply(x, weight, bias, address)
                         : SinkLinear<true>::apply(x, weight, address);
 }
 
 at::Tensor sink_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, GradSink* sink) {
-  if (sink == nullptr || !sink->grad.defined() || x.dim() != 2) return at::linear(x, weight, bias);
+  if (sink == nullptr || !sink->grad || x.dim() != 2) return at::linear(x, weight, bias);
   const auto address = reinterpret_cast<int64_t>(sink);
   return bias.defined() ? SinkLinearWithBias<false>::apply(x, weight, bias, address)
                         : SinkLinear<false>::apply(x, weight, address);

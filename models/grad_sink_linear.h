@@ -1,5 +1,5 @@
 // A linear layer whose weight gradient the backward GEMM writes straight into
-// the weight's slot of the trainer's flat gradient buffer.
+// the weight's slot of the trainer's flat gradients.
 //
 // With plain autograd the weight gradient of a training step is computed into
 // a temporary and AccumulateGrad then adds it to the parameter's .grad (a view
@@ -13,11 +13,18 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
+
 namespace fptrain::models {
+
+// The weight's gradient view in the trainer's gradient storage, which may not
+// exist between steps (optim/flat_gradients.h): slot(true) makes it exist (the
+// backward is about to write it), slot(false) is undefined while it does not.
+using GradSlot = std::function<at::Tensor(bool need)>;
 
 struct GradSink {
   const at::Tensor* param = nullptr;  // the weight; its post-accumulate-grad hooks fire on each write
-  at::Tensor grad;                    // its gradient view in the flat buffer; undefined: plain autograd
+  GradSlot grad;                      // its gradient view; empty: plain autograd
   bool written = false;               // holds this step's gradient (else stale: overwrite, or zero at the end)
 };
 

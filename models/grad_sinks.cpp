@@ -6,16 +6,22 @@
 
 namespace fptrain::models {
 
-GradSinks::GradSinks(const std::vector<Projection>& projections) : sinks_(projections.size()) {
+GradSinks::GradSinks(const std::vector<Projection>& projections,
+                     const std::function<GradSlot(const at::Tensor&)>& slot_of)
+    : sinks_(projections.size()) {
   for (const Projection& p : projections) {
-    const at::Tensor& w = *p.weight;
-    if (!w.grad().defined() || w.grad().sizes() != w.sizes() || !w.grad().is_contiguous())
-      throw std::logic_error("GradSinks: a projection weight has no contiguous .grad view");
     if (p.slot < 0 || p.slot >= static_cast<int64_t>(sinks_.size()))
       throw std::logic_error("GradSinks: projection slots must be 0..n-1");
-    sinks_[static_cast<size_t>(p.slot)] = GradSink{p.weight, w.grad(), false};
+    sinks_[static_cast<size_t>(p.slot)] = GradSink{p.weight, slot_of(*p.weight), false};
   }
 }
+
+GradSinks::GradSinks(const std::vector<Projection>& projections)
+    : GradSinks(projections, [](const at::Tensor& w) -> GradSlot {
+        if (!w.grad().defined() || w.grad().sizes() != w.sizes() || !w.grad().is_contiguous())
+          throw std::logic_error("GradSinks: a projection weight has no contiguous .grad view");
+        return [view = w.grad()](bool) { return view; };
+      }) {}
 
 void GradSinks::begin_step() {
   for (GradSink& s : sinks_) s.written = false;
@@ -25,7 +31,10 @@ void GradSinks::finish_step() {
   c10::NoGradGuard no_grad;
   for (GradSink& s : sinks_)
     if (!s.written) {
-      s.grad.zero_();  // no backward reached it this step: its gradient is zero, not last step's
+      // No backward reached it this step: its gradient is zero, not what the slot held
+      // (nothing to do where its storage does not exist: that reads as zeros).
+      const at::Tensor g = s.grad(/*need=*/false);
+      if (g.defined()) g.zero_();
       s.written = true;
     }
 }

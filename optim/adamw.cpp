@@ -15,14 +15,14 @@ namespace fptrain::optim {
 namespace {
 
 FlatLayout make_layout(const std::vector<std::string>& names, const std::vector<at::Tensor>& params,
-                       int64_t alignment, const DataParallelSpec& dp, bool offload) {
+                       int64_t alignment, const DataParallelSpec& dp) {
   if (names.size() != params.size() || params.empty())
     throw std::invalid_argument("AdamW: expected one name per parameter and at least one parameter");
   std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
   for (size_t i = 0; i < names.size(); ++i) shapes.emplace_back(names[i], params[i].sizes().vec());
   const int64_t shards = dp.comm && dp.shard ? dp.comm->world_size() : 1;
-  // Offloaded, one process too updates bucket by bucket (the forward waits for each).
-  return FlatLayout(shapes, alignment, shards, dp.comm || offload ? dp.bucket_elements : 0);
+  // Buckets also in one process: the gradients are allocated bucket by bucket (FlatGradients).
+  return FlatLayout(shapes, alignment, shards, dp.bucket_elements);
 }
 
 // 8-bit moments: segments and shard slices start on a block (a multiple of the alignment).
@@ -41,19 +41,19 @@ AdamW::AdamW(std::vector<std::string> names, std::vector<at::Tensor> params, con
     if (p.scalar_type() != dtype || p.device() != params[0].device())
       throw std::invalid_argument("AdamW: all parameters must share one dtype and device");
   const bool offload = options.offload == Offload::kCpu;
-  FlatLayout layout = make_layout(names_, params, layout_alignment(alignment, options), dp_, offload);
-  flat_ = std::make_unique<FlatParameters>(std::move(layout), std::move(params));
+  FlatLayout layout = make_layout(names_, params, layout_alignment(alignment, options), dp_);
+  const GradStorage storage =
+      options.gradient_storage == GradStorage::kResident ? GradStorage::kResident : GradStorage::kLazy;
+  flat_ = std::make_unique<FlatParameters>(std::move(layout), std::move(params), storage);
   master_weights_ = options.master_weights && dtype != at::kFloat;
   c10::NoGradGuard no_grad;
   const at::Tensor& w = flat_->weights();
   const FlatLayout& l = flat_->layout();
   if (dp_.shard) {
     for (const ShardRange& r : l.shard_ranges(dp_.comm->rank())) ranges_.push_back({r.bucket, r.flat_offset, r.local_offset, r.numel});
-  } else if (offload) {  // bucket by bucket: the host update runs ahead of the forward
+  } else {  // every bucket whole: the step runs bucket by bucket, as the gradients live
     for (size_t b = 0; b < l.buckets().size(); ++b)
       ranges_.push_back({b, l.buckets()[b].offset, l.buckets()[b].offset, l.buckets()[b].size});
-  } else {
-    ranges_.push_back({0, 0, 0, l.total()});
   }
   const int64_t local = dp_.shard ? l.shard_size() : l.total();
   if (offload) {  // before the state: make_state() allocates on the host then
@@ -107,7 +107,7 @@ void AdamW::accumulate_gradients() {
   c10::NoGradGuard no_grad;
   flat_->collect_grads();
   if (!accum_.defined()) accum_ = at::zeros({flat_->layout().total()}, flat_->weights().options().dtype(at::kFloat));
-  flat::accumulate(accum_, flat_->grads());
+  accumulate_buckets();
   accum_active_ = true;
   flat_->release_collected();
 }
@@ -118,8 +118,8 @@ void AdamW::reduce_accumulated() {
   c10::NoGradGuard no_grad;
   if (!accum_.defined()) accum_ = at::zeros({flat_->layout().total()}, flat_->weights().options().dtype(at::kFloat));
   accum_active_ = true;
-  for (size_t b = 0; b < flat_->layout().buckets().size(); ++b)  // as GradReducer cuts the gradients
-    accum_reductions_.push_back(reduce_bucket(*dp_.comm, flat_->layout(), accum_, b, dp_.shard));
+  for (const FlatBucket& b : flat_->layout().buckets())  // as GradReducer cuts the gradients
+    accum_reductions_.push_back(reduce_bucket(*dp_.comm, accum_.narrow(0, b.offset, b.size), dp_.shard));
 }
 
 void AdamW::wait_for_accumulated() {
@@ -130,6 +130,24 @@ void AdamW::wait_for_accumulated() {
 // The fp32 sums of flat elements [flat, flat + numel), undefined when none.
 at::Tensor AdamW::accumulated_slice(int64_t flat, int64_t numel) const {
   return accum_active_ ? accum_.narrow(0, flat, numel) : at::Tensor();
+}
+
+// Range r of the gradients: undefined where no backward reached its bucket (zeros),
+// unless `need`: then the bucket is made to exist (zeros).
+at::Tensor AdamW::grads_of(const Range& r, bool need) {
+  FlatGradients& g = flat_->gradients();
+  const at::Tensor& bucket = need ? g.acquire(r.bucket) : g.bucket(r.bucket);
+  if (!bucket.defined()) return bucket;
+  return bucket.narrow(0, r.flat - flat_->layout().buckets()[r.bucket].offset, r.numel);
+}
+
+// accum (fp32) += every bucket that holds gradients; those buckets = 0.
+void AdamW::accumulate_buckets() {
+  const auto& buckets = flat_->layout().buckets();
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const at::Tensor& bucket = flat_->gradients().bucket(b);
+    if (bucket.defined()) flat::accumulate(accum_.narrow(0, buckets[b].offset, buckets[b].size), bucket);
+  }
 }
 
 at::Tensor AdamW::grad_norm(double max_norm) {
@@ -143,15 +161,16 @@ at::Tensor AdamW::grad_norm(double max_norm) {
     throw std::logic_error("AdamW: a gradient bypassed the flat gradient buffer and was not reduced across ranks");
   at::Tensor norm = at::empty({}, coef_.options());  // fresh: the caller may hold it past the next step
   if (!dp_.shard) {
-    flat::grad_norm(flat_->grads(), accum_active_ ? accum_ : at::Tensor(), max_norm, norm, coef_);
+    // Bucket by bucket, summed in the one-buffer order (the same bits as one buffer).
+    flat::grad_norm(flat_->gradients().pieces(), accum_active_ ? accum_ : at::Tensor(), max_norm, norm, coef_);
   } else {
     // Each rank holds the reduced gradients of its shard: the sum of squares of
     // every slice, all-reduced, then torch's clip coefficient from the norm.
     at::Tensor part = at::empty({}, coef_.options()), unused = at::empty({}, coef_.options());
     at::Tensor sum_sq = at::zeros({}, coef_.options());
     for (const Range& r : ranges_) {
-      flat::grad_norm(flat_->grads().narrow(0, r.flat, r.numel), accumulated_slice(r.flat, r.numel), 0.0, part,
-                      unused);
+      const std::vector<flat::GradPiece> slice{{grads_of(r, false), 0, r.numel}};
+      flat::grad_norm(slice, accumulated_slice(r.flat, r.numel), 0.0, part, unused);
       sum_sq.add_(part * part);
     }
     dp_.comm->all_reduce_sum(sum_sq).wait();
@@ -167,10 +186,12 @@ at::Tensor AdamW::clip_grad_norm(double max_norm) {
   if (!coef_pending_) return norm;
   c10::NoGradGuard no_grad;
   if (accum_active_) {
-    flat::accumulate(accum_, flat_->grads());  // one fp32 gradient, then scaled
+    accumulate_buckets();  // one fp32 gradient, then scaled
     accum_.mul_(coef_);
   } else {
-    flat_->grads().mul_(coef_.to(flat_->dtype()));
+    const at::Tensor c = coef_.to(flat_->dtype());
+    for (size_t b = 0; b < flat_->layout().buckets().size(); ++b)
+      if (flat_->gradients().bucket(b).defined()) flat_->gradients().bucket(b).mul_(c);
   }
   coef_pending_ = false;
   return norm;
@@ -191,40 +212,37 @@ void AdamW::step(double lr, distributed::CommClock* clock) {
   h.weight_decay = options_.weight_decay;
   h.step = steps_taken_;
   const at::Tensor coef = coef_pending_ ? coef_ : at::Tensor();
-  if (offload_) {  // the worker zeroes the gradients once it copied them: not zero_grad()
+  if (offload_) {  // the host copies the gradients: not zero_grad(), which would zero them first
     clock_ = clock;
     launch_offloaded(h, coef);
+    // Lazy buckets go now (each copy holds its bucket until it left); a resident buffer (and
+    // the fp32 sums) the worker zeroes after its copy.
+    if (flat_->gradients().storage() == GradStorage::kLazy) flat_->zero_grads();
     accum_active_ = false;
     coef_pending_ = false;
     flat_->release_collected();
     return;
   }
-  if (!dp_.shard && moments_8bit()) {
-    flat::adamw8bit_step(flat_->weights(), master_, moments8(0, exp_avg_.numel()), flat_->grads(),
-                         accumulated_slice(0, exp_avg_.numel()), coef, h);
-  } else if (!dp_.shard) {
-    flat::adamw_step(flat_->weights(), master_, exp_avg_, exp_avg_sq_, flat_->grads(),
-                     accum_active_ ? accum_ : at::Tensor(), coef, h);
-  } else {
-    // Slice by slice (one per bucket), each all-gathered as soon as it is
-    // updated, so that the gathers overlap the remaining updates (and, waited
-    // for bucket by bucket, the next forward).
-    wait_for_all_weights();
-    clock_ = clock;
-    const auto& buckets = flat_->layout().buckets();
-    for (const Range& r : ranges_) {
-      auto slice = [&](const at::Tensor& t, int64_t at) { return t.defined() ? t.narrow(0, at, r.numel) : t; };
-      if (moments_8bit())
-        flat::adamw8bit_step(slice(flat_->weights(), r.flat), slice(master_, r.local), moments8(r.local, r.numel),
-                             slice(flat_->grads(), r.flat), accumulated_slice(r.flat, r.numel), coef, h);
-      else
-        flat::adamw_step(slice(flat_->weights(), r.flat), slice(master_, r.local), slice(exp_avg_, r.local),
-                         slice(exp_avg_sq_, r.local), slice(flat_->grads(), r.flat), accumulated_slice(r.flat, r.numel),
-                         coef, h);
-      const FlatBucket& b = buckets[r.bucket];
-      gathers_.push_back({b.offset, dp_.comm->all_gather(flat_->weights().narrow(0, r.flat, r.numel),
-                                                         flat_->weights().narrow(0, b.offset, b.size))});
-    }
+  // Range by range (a bucket, or this rank's slice of it): the step is elementwise, so
+  // this is the one-buffer step. With sharding each slice is all-gathered as soon as
+  // it is updated, so that the gathers overlap the remaining updates (and, waited for
+  // bucket by bucket, the next forward).
+  if (dp_.shard) wait_for_all_weights();
+  clock_ = clock;
+  const auto& buckets = flat_->layout().buckets();
+  for (const Range& r : ranges_) {
+    auto slice = [&](const at::Tensor& t, int64_t at) { return t.defined() ? t.narrow(0, at, r.numel) : t; };
+    const at::Tensor grads = grads_of(r, /*need=*/true);  // a bucket no backward reached: zeros
+    if (moments_8bit())
+      flat::adamw8bit_step(slice(flat_->weights(), r.flat), slice(master_, r.local), moments8(r.local, r.numel), grads,
+                           accumulated_slice(r.flat, r.numel), coef, h);
+    else
+      flat::adamw_step(slice(flat_->weights(), r.flat), slice(master_, r.local), slice(exp_avg_, r.local),
+                       slice(exp_avg_sq_, r.local), grads, accumulated_slice(r.flat, r.numel), coef, h);
+    if (!dp_.shard) continue;
+    const FlatBucket& b = buckets[r.bucket];
+    gathers_.push_back({b.offset, dp_.comm->all_gather(flat_->weights().narrow(0, r.flat, r.numel),
+                                                       flat_->weights().narrow(0, b.offset, b.size))});
   }
   zero_grad();
 }

@@ -1,8 +1,9 @@
 // AdamW over flat buffers (optim/flat_layout.h, optim/flat_parameters.h).
 //
 // The model's parameters become views of one weight buffer and their gradients
-// views of one gradient buffer, into which autograd accumulates every
-// micro-batch in place. With master weights (a bf16/fp16 model and
+// views of the gradient buckets (optim/flat_gradients.h: allocated when the
+// backward reaches them and freed after the step, or one resident buffer), into
+// which autograd accumulates every micro-batch in place. With master weights (a bf16/fp16 model and
 // optimizer.master_weights) the optimizer keeps fp32 master weights and fp32
 // moments, each one buffer; without them (an fp32 model, or master_weights:
 // false) it updates the weight buffer in place with moments of the model dtype.
@@ -14,12 +15,13 @@
 // multiple of 256, so that blocks never straddle two parameters or two shards.
 //
 // A step is a few launches whatever the parameter count:
-//   grad_norm    one reduction over the gradient buffer (fp32 sums): the norm and,
+//   grad_norm    one reduction over the gradient buckets (fp32 sums, in the order of
+//                one buffer): the norm and,
 //                on the device, the clip coefficient min(1, max_norm/(norm+1e-6))
 //   step         one pass: g = gradient × coefficient; AdamW on the fp32 master
 //                (or the weights) and moments exactly as at::_fused_adamw_
 //                computes it; the rounded weight written into the model
-//   zero         one memset of the gradient buffer
+//   zero         the gradient buckets freed (lazy) or one memset (resident)
 // plus, with fp32 gradient accumulation, one pass per extra micro-batch
 // (accumulate_gradients). Nothing synchronizes with the host.
 //
@@ -102,7 +104,8 @@ class AdamW {
   // Anything that reads the weights after step() must call one of them.
   void wait_for_weights(int64_t end);
   void wait_for_all_weights() { wait_for_weights(std::numeric_limits<int64_t>::max()); }
-  // Zeroes the gradient buffer (one memset; the .grad views stay) and the fp32
+  // Frees the gradient buckets (lazy; .grad undefined until the next backward) or
+  // zeroes the one buffer (resident; the .grad views stay), zeroes the fp32
   // accumulator if in use, and forgets a pending clip coefficient.
   void zero_grad();
 
@@ -139,6 +142,7 @@ class AdamW {
   // The buffers, for tests and benchmarks: [layout total] each; master undefined
   // without master weights; accumulator undefined until accumulate_gradients().
   const FlatParameters& flat() const { return *flat_; }
+  FlatParameters& flat() { return *flat_; }
   // Parameters whose gradients the backward overwrites (FlatParameters::keep_on_zero).
   void keep_on_zero(const std::vector<const at::Tensor*>& params) { flat_->keep_on_zero(params); }
   // With sharding, master / exp_avg / exp_avg_sq hold this rank's shard
@@ -174,6 +178,8 @@ class AdamW {
   void restore_moments(const SavedIndex& saved, const ShardPiece& piece);
   void wait_for_accumulated();
   at::Tensor accumulated_slice(int64_t flat, int64_t numel) const;
+  at::Tensor grads_of(const Range& r, bool need);
+  void accumulate_buckets();
   // optimizer.offload: cpu (optim/adamw_offload.cpp).
   void launch_offloaded(const flat::AdamWHyper& h, const at::Tensor& coef);
   void host_update(const Range& r, const at::Tensor& grads, const at::Tensor& accum, const at::Tensor& coef,

@@ -10,18 +10,19 @@ int64_t AdamW::host_bytes() const {
   return offload_ ? master_bytes() + moment_bytes() + offload_->host_bytes() : 0;
 }
 
-// One input per range: its gradients (and fp32 sums) to copy, and the whole bucket of
-// the gradient buffer (and of the sums) to zero once they left — every rank's slice, as
-// zero_grad() would, but only after the copy.
+// One input per range: its gradients (and fp32 sums) to copy, the input holding a lazy
+// bucket alive until then, and what to zero once they left — a resident buffer's whole
+// bucket (every rank's slice, as zero_grad() would) and the sums' — but only after the copy.
 void AdamW::launch_offloaded(const flat::AdamWHyper& h, const at::Tensor& coef) {
   const auto& buckets = flat_->layout().buckets();
+  const bool resident = flat_->gradients().storage() == GradStorage::kResident;
   std::vector<OffloadedStep::Input> inputs;
   for (const Range& r : ranges_) {
     const FlatBucket& b = buckets[r.bucket];
     OffloadedStep::Input in;
-    in.grads = flat_->grads().narrow(0, r.flat, r.numel);
+    in.grads = grads_of(r, /*need=*/true);  // a bucket no backward reached: zeros
     in.accum = accumulated_slice(r.flat, r.numel);
-    in.zero_after.push_back(flat_->grads().narrow(0, b.offset, b.size));
+    if (resident) in.zero_after.push_back(flat_->gradients().bucket(r.bucket));
     if (accum_active_) in.zero_after.push_back(accum_.narrow(0, b.offset, b.size));
     inputs.push_back(std::move(in));
   }

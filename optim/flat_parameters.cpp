@@ -8,7 +8,7 @@
 
 namespace fptrain::optim {
 
-FlatParameters::FlatParameters(FlatLayout layout, std::vector<at::Tensor> params)
+FlatParameters::FlatParameters(FlatLayout layout, std::vector<at::Tensor> params, GradStorage storage)
     : layout_(std::move(layout)), params_(std::move(params)) {
   const auto& segs = layout_.segments();
   if (params_.size() != segs.size() || params_.empty())
@@ -29,19 +29,15 @@ FlatParameters::FlatParameters(FlatLayout layout, std::vector<at::Tensor> params
   c10::NoGradGuard no_grad;
   // Zeros: the padding between and after segments stays zero for good.
   weights_ = at::zeros({layout_.total()}, options);
-  grads_ = at::zeros({layout_.total()}, options);
   for (size_t i = 0; i < params_.size(); ++i) {
     at::Tensor w = segment(weights_, i);
     w.copy_(params_[i].detach());
     // The same tensor object, its data now the segment: the old storage is freed
     // once nothing else holds it. requires_grad and leaf-ness are untouched.
     params_[i].set_data(w);
-    grad_views_.push_back(segment(grads_, i));
-    params_[i].mutable_grad() = grad_views_.back();
   }
-  state_.assign(params_.size(), GradState::kView);
   collected_.assign(params_.size(), false);
-  zero_ranges_ = {{0, layout_.total()}};
+  grads_ = std::make_unique<FlatGradients>(layout_, params_, options, storage);
 }
 
 at::Tensor FlatParameters::segment(const at::Tensor& flat, size_t i) const {
@@ -49,22 +45,23 @@ at::Tensor FlatParameters::segment(const at::Tensor& flat, size_t i) const {
   return flat.narrow(0, s.offset, s.numel).view(s.shape);
 }
 
+size_t FlatParameters::index_of(const at::Tensor& param) const {
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].is_same(param)) return i;
+  throw std::invalid_argument("FlatParameters: not one of the parameters");
+}
+
 int64_t FlatParameters::collect_grads() {
   c10::NoGradGuard no_grad;
   int64_t taken = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
-    const at::Tensor& g = params_[i].grad();
-    if (g.defined() && g.is_same(grad_views_[i])) continue;  // the usual case: autograd added into the view
+    if (grads_->holds_view(i)) continue;  // the usual case: autograd added into the view
+    const at::Tensor g = params_[i].grad();  // a handle: installing the view replaces .grad
     if (!g.defined()) {
-      if (state_[i] == GradState::kView) {  // reset by someone: no gradient
-        grad_views_[i].zero_();
-        state_[i] = GradState::kReleased;
-      }
+      grads_->forget(i);  // reset by someone: no gradient
       continue;
     }
-    grad_views_[i].copy_(g);
-    params_[i].mutable_grad() = grad_views_[i];
-    state_[i] = GradState::kView;
+    grads_->acquire_view(i, FlatGradients::Fill::kZeros).copy_(g);
     collected_[i] = true;
     ++taken;
   }
@@ -74,16 +71,13 @@ int64_t FlatParameters::collect_grads() {
 void FlatParameters::release_collected() {
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!collected_[i]) continue;
+    grads_->forget_view(i);
     params_[i].mutable_grad() = at::Tensor();
-    state_[i] = GradState::kReleased;
     collected_[i] = false;
   }
 }
 
-void FlatParameters::zero_grads() {
-  c10::NoGradGuard no_grad;
-  for (const auto& [begin, end] : zero_ranges_) grads_.narrow(0, begin, end - begin).zero_();
-}
+void FlatParameters::zero_grads() { grads_->release(); }
 
 void FlatParameters::keep_on_zero(const std::vector<const at::Tensor*>& kept) {
   std::vector<bool> keep(params_.size(), false);
@@ -93,19 +87,7 @@ void FlatParameters::keep_on_zero(const std::vector<const at::Tensor*>& kept) {
     if (i == params_.size()) throw std::invalid_argument("FlatParameters::keep_on_zero: not one of the parameters");
     keep[i] = true;
   }
-  // The buffer minus the kept segments, as few ranges as possible (the padding between segments is zero anyway).
-  std::vector<size_t> order(params_.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  const auto& segs = layout_.segments();
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return segs[a].offset < segs[b].offset; });
-  zero_ranges_.clear();
-  int64_t begin = 0;
-  for (size_t i : order) {
-    if (!keep[i]) continue;
-    if (segs[i].offset > begin) zero_ranges_.emplace_back(begin, segs[i].offset);
-    begin = segs[i].offset + segs[i].numel;
-  }
-  if (layout_.total() > begin) zero_ranges_.emplace_back(begin, layout_.total());
+  grads_->keep_on_zero(keep);
 }
 
 }  // namespace fptrain::optim

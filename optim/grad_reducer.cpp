@@ -17,7 +17,7 @@ struct ReadyHook : torch::autograd::PostAccumulateGradHook {
 
 }  // namespace
 
-GradReducer::GradReducer(const FlatParameters& flat, distributed::Communicator& comm, bool scatter)
+GradReducer::GradReducer(FlatParameters& flat, distributed::Communicator& comm, bool scatter)
     : flat_(flat), comm_(comm), scatter_(scatter) {
   const FlatLayout& l = flat.layout();
   params_in_bucket_.assign(l.buckets().size(), 0);
@@ -49,17 +49,14 @@ void GradReducer::gradient_ready(size_t index) {
   while (next_ >= 0 && waiting_[next_] == 0) launch(static_cast<size_t>(next_--));
 }
 
-distributed::Pending reduce_bucket(distributed::Communicator& comm, const FlatLayout& layout, const at::Tensor& buffer,
-                                   size_t bucket, bool scatter) {
-  const FlatBucket& b = layout.buckets()[bucket];
-  const at::Tensor g = buffer.narrow(0, b.offset, b.size);
-  if (!scatter) return comm.all_reduce_sum(g);
-  const int64_t n = b.size / comm.world_size();
-  return comm.reduce_scatter_sum(g, g.narrow(0, comm.rank() * n, n));
+distributed::Pending reduce_bucket(distributed::Communicator& comm, const at::Tensor& bucket, bool scatter) {
+  if (!scatter) return comm.all_reduce_sum(bucket);
+  const int64_t n = bucket.numel() / comm.world_size();
+  return comm.reduce_scatter_sum(bucket, bucket.narrow(0, comm.rank() * n, n));
 }
 
 void GradReducer::launch(size_t bucket) {
-  pending_.push_back(reduce_bucket(comm_, flat_.layout(), flat_.grads(), bucket, scatter_));
+  pending_.push_back(reduce_bucket(comm_, flat_.gradients().acquire(bucket), scatter_));
   launched_[bucket] = true;
 }
 

@@ -1,10 +1,10 @@
 // Reduces the gradients of a step across data-parallel ranks while the last
 // micro-batch's backward is still running.
 //
-// The gradient buffer is cut into buckets of whole parameters (FlatLayout). A
-// hook after each parameter's gradient accumulation counts the bucket down; a
-// bucket whose parameters are all done is reduced at once, in place in the
-// gradient buffer: reduce-scattered (each rank receives the sum of its own
+// The gradients are cut into buckets of whole parameters (FlatLayout,
+// FlatGradients). A hook after each parameter's gradient accumulation counts the
+// bucket down; a bucket whose parameters are all done is reduced at once, in
+// place in its storage (a bucket no backward reached is made to exist as zeros): reduce-scattered (each rank receives the sum of its own
 // slice: ZeRO-2; the optimizer steps that slice) or all-reduced (no sharding).
 // Buckets are launched strictly from the last to the first, the order the
 // backward finishes them, so every rank issues the same collectives in the
@@ -25,16 +25,15 @@
 
 namespace fptrain::optim {
 
-// Starts the reduction of bucket `bucket` of `buffer` (laid out as `layout`)
-// across ranks, in place: reduce-scattered so that each rank receives the sum of
-// its own slice (`scatter`, ZeRO-2), else all-reduced. The one cut of the
-// buffers the reducer and the optimizer's fp32 sums share.
-distributed::Pending reduce_bucket(distributed::Communicator& comm, const FlatLayout& layout, const at::Tensor& buffer,
-                                   size_t bucket, bool scatter);
+// Starts the reduction of one bucket's storage (`bucket`: [its size], laid out
+// as the layout's bucket) across ranks, in place: reduce-scattered so that each
+// rank receives the sum of its own slice (`scatter`, ZeRO-2), else all-reduced.
+// The one cut of the buffers the reducer and the optimizer's fp32 sums share.
+distributed::Pending reduce_bucket(distributed::Communicator& comm, const at::Tensor& bucket, bool scatter);
 
 class GradReducer {
  public:
-  GradReducer(const FlatParameters& flat, distributed::Communicator& comm, bool scatter);
+  GradReducer(FlatParameters& flat, distributed::Communicator& comm, bool scatter);
   ~GradReducer();
   GradReducer(const GradReducer&) = delete;
   GradReducer& operator=(const GradReducer&) = delete;
@@ -51,7 +50,7 @@ class GradReducer {
  private:
   void launch(size_t bucket);
 
-  const FlatParameters& flat_;
+  FlatParameters& flat_;
   distributed::Communicator& comm_;
   bool scatter_;
   std::vector<size_t> bucket_of_param_;

@@ -12,6 +12,12 @@ namespace fptrain::optim {
 // optim/blockwise8_math.h).
 enum class Moments { kFull, k8bit };
 
+// Where the gradients live (optim/flat_gradients.h): lazy = per bucket, allocated when the
+// backward first reaches the bucket and freed after the step (no gradient memory during the
+// forward); resident = one buffer for the whole run (a fixed address, which the copy-engine
+// collectives need); auto = lazy unless the copy engines take the gradients.
+enum class GradStorage { kAuto, kLazy, kResident };
+
 // Where AdamW's state lives and its update runs: on the training device, or in pinned host
 // memory with the update on host threads, overlapped with the next step's forward
 // (optim/offloaded_step.h); the device keeps the weights and gradients only.
@@ -34,6 +40,7 @@ struct OptimizerSection {
   bool fp32_grad_accumulation = false;
   double grad_clip = 1.0;  // global L2 norm; 0 disables clipping
   Moments moments = Moments::kFull;  // YAML: state_dtype: auto | int8
+  GradStorage gradient_storage = GradStorage::kAuto;  // YAML: gradient_storage: auto | lazy | resident
   Offload offload = Offload::kNone;  // YAML: offload: none | cpu
 };
 
@@ -44,6 +51,12 @@ template <>
 struct EnumNames<optim::Moments> {
   static constexpr std::array<EnumEntry<optim::Moments>, 2> table = {
       {{optim::Moments::kFull, "auto"}, {optim::Moments::k8bit, "int8"}}};
+};
+template <>
+struct EnumNames<optim::GradStorage> {
+  static constexpr std::array<EnumEntry<optim::GradStorage>, 3> table = {{{optim::GradStorage::kAuto, "auto"},
+                                                                          {optim::GradStorage::kLazy, "lazy"},
+                                                                          {optim::GradStorage::kResident, "resident"}}};
 };
 template <>
 struct EnumNames<optim::Offload> {

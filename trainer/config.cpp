@@ -458,6 +458,12 @@ const std::vector<KeyDef>& key_defs() {
               "with master weights: sum the micro-batches' gradients in fp32 (4 more bytes per parameter, one "
               "more pass per micro-batch) instead of in place in the model dtype",
               MEMBER(optimizer.fp32_grad_accumulation));
+    t.choice<optim::GradStorage>(
+        "optimizer.gradient_storage",
+        "where the gradients live: lazy = per bucket (distributed.bucket_mb), allocated when the backward first "
+        "reaches it and freed after the step, so no gradient memory during the forward; resident = one buffer for "
+        "the whole run; auto = lazy unless the copy-engine collectives need the one buffer",
+        MEMBER(optimizer.gradient_storage));
     t.number("optimizer.grad_clip", "max global gradient L2 norm; 0 disables clipping", MEMBER(optimizer.grad_clip),
              0.0, 1e9);
     t.choice<optim::Offload>(

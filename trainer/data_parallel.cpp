@@ -50,7 +50,8 @@ std::optional<fs::path> agree_on_resume(distributed::Group* group, const TrainCo
 optim::DataParallelSpec data_parallel_spec(distributed::Group* group, const TrainConfig& config,
                                            at::ScalarType dtype) {
   optim::DataParallelSpec dp;
-  // Buckets in one process too: an offloaded optimizer updates bucket by bucket.
+  // Buckets in one process too: the unit in which lazy gradients are allocated and an
+  // offloaded optimizer updates.
   dp.bucket_elements = config.distributed.bucket_mb * (int64_t{1} << 20) / static_cast<int64_t>(c10::elementSize(dtype));
   if (!group) return dp;
   dp.comm = &group->comm();
@@ -58,12 +59,21 @@ optim::DataParallelSpec data_parallel_spec(distributed::Group* group, const Trai
   return dp;
 }
 
-std::unique_ptr<optim::GradReducer> attach_to_group(distributed::Group& group, const optim::AdamW& optimizer) {
+std::unique_ptr<optim::GradReducer> attach_to_group(distributed::Group& group, optim::AdamW& optimizer,
+                                                    optim::GradStorage storage) {
   // The flat buffers are laid out alike on every rank: their reduce-scatters and
   // all-gathers may take the copy engines (the all-reduces of the unsharded mode
-  // stay on NCCL).
+  // stay on NCCL). The copy engines register one fixed buffer, so the gradients
+  // become resident for them unless lazy storage was asked for (then their
+  // reduce-scatters stay on NCCL); auto gives them back to lazy storage when the
+  // copy engines do not take them.
   if (optimizer.sharded()) {
-    group.comm().share_buffer(optimizer.flat().grads());
+    optim::FlatGradients& grads = optimizer.flat().gradients();
+    if (storage != optim::GradStorage::kLazy) {
+      grads.set_storage(optim::GradStorage::kResident);
+      const bool shared = group.comm().share_buffer(grads.buffer());
+      if (!shared && storage == optim::GradStorage::kAuto) grads.set_storage(optim::GradStorage::kLazy);
+    }
     group.comm().share_buffer(optimizer.flat().weights());
   }
   log::info("tensor collectives: " + group.comm().transfers());

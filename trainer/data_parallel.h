@@ -40,7 +40,8 @@ optim::DataParallelSpec data_parallel_spec(distributed::Group* group, const Trai
 
 // After the optimizer exists: its flat buffers shared with the group's
 // transfers (sharded mode), and the reducer of its gradients.
-std::unique_ptr<optim::GradReducer> attach_to_group(distributed::Group& group, const optim::AdamW& optimizer);
+std::unique_ptr<optim::GradReducer> attach_to_group(distributed::Group& group, optim::AdamW& optimizer,
+                                                    optim::GradStorage storage);
 
 // A checkpoint of the whole group: rank 0 prepares a hidden folder, every rank
 // writes its optimizer shard into it (`sharded`), and only when all succeeded

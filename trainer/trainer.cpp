@@ -141,6 +141,7 @@ class Run {
   void log_set_up();
   void log_adapter() const;
   void plan_auto_checkpointing();
+  int64_t gradients_at_activation_peak() const;
   void make_optimizer();
   void wait_for_weights_stage_by_stage();
   nlohmann::json memory_per_rank() const;
@@ -492,8 +493,10 @@ void Run::log_set_up() {
   }
   // What set-up allocated, by buffer kind, and what is left for activations (the plan's budget).
   const nlohmann::json m = memory_per_rank();
+  const bool lazy = optimizer_->flat().gradients().storage() == optim::GradStorage::kLazy;
   std::string plan = "memory of this rank after set-up: " + common::gib_text(m["weights_bytes"]) + " weights, " +
-                     common::gib_text(m["gradients_bytes"]) + " gradients, " +
+                     common::gib_text(m["gradients_bytes"]) +
+                     (lazy ? " gradients (not yet: held from the first backward to the step), " : " gradients, ") +
                      common::gib_text(m["optimizer_state_bytes"]) + " optimizer state (" +
                      common::gib_text(m["master_weights_bytes"]) + " master weights" +
                      (optimizer_->split_masters() ? " as 16-bit remainders, " : ", ") +
@@ -507,6 +510,14 @@ void Run::log_set_up() {
             common::gib_text(memory_total(device_.device)) + " left for activations and workspace";
   }
   log::info(plan);
+  const optim::FlatGradients& g = optimizer_->flat().gradients();
+  log::info(lazy ? "gradient storage: lazy (" + std::to_string(optimizer_->flat().layout().buckets().size()) +
+                       " bucket(s) of up to " + std::to_string(config_.distributed.bucket_mb) +
+                       " MiB, each allocated when the backward first reaches it and freed after the step)"
+                 : "gradient storage: resident (one buffer of " + common::gib_text(g.bytes()) + " for the run" +
+                       (config_.optimizer.gradient_storage == optim::GradStorage::kResident
+                            ? ": optimizer.gradient_storage is resident)"
+                            : ": the copy-engine collectives register it)"));
 }
 
 // The set-up memory line of an offloaded optimizer: the device's part, then the host's.
@@ -541,14 +552,28 @@ void Run::log_adapter() const {
   log::info(buf);
 }
 
+// Gradient bytes not yet allocated after set-up but held when the activations peak (the
+// end of a forward): with lazy storage the first bucket the backward allocates while every
+// activation is still held, or, with several micro-batches, all of them (the later forwards
+// run with the gradients). Resident gradients are allocated already.
+int64_t Run::gradients_at_activation_peak() const {
+  const optim::FlatGradients& g = optimizer_->flat().gradients();
+  if (g.storage() == optim::GradStorage::kResident) return 0;
+  if (config_.batching.grad_accumulation > 1) return g.bytes();
+  int64_t largest = 0;
+  for (const optim::FlatBucket& b : optimizer_->flat().layout().buckets()) largest = std::max(largest, b.size);
+  return largest * static_cast<int64_t>(c10::elementSize(optimizer_->flat().dtype()));
+}
+
 // model.activation_checkpointing: auto, from the device memory left after set-up.
 void Run::plan_auto_checkpointing() {
   if (!device_.device.is_cuda()) {
     log::info("activation checkpointing auto: none on the CPU (no device memory to save)");
     return;
   }
-  auto_checkpointing_ = std::make_unique<AutoCheckpointing>(activation_shape(model_.config, model_.dtype, model_.backend),
-                                                            memory_available(device_.device));
+  const int64_t budget = memory_available(device_.device) - gradients_at_activation_peak();
+  auto_checkpointing_ =
+      std::make_unique<AutoCheckpointing>(activation_shape(model_.config, model_.dtype, model_.backend), budget);
   log::info(auto_checkpointing_->describe());
 }
 
@@ -563,13 +588,20 @@ void Run::make_optimizer() {
   optimizer_ = std::make_unique<AdamW>(names, params, config_.optimizer, FlatLayout::kDefaultAlignment, dp);
   if (!model_.adapter) {
     // The projection weights' gradients are written by their backward GEMMs into
-    // the flat buffer, so the buffer is not zeroed for them between steps.
-    grad_sinks_ = std::make_shared<models::GradSinks>(model_.model->projections());
+    // their slots of the flat gradients (allocated on demand), so those slots are
+    // neither zeroed nor initialised for them.
+    optim::FlatParameters& flat = optimizer_->flat();
+    grad_sinks_ = std::make_shared<models::GradSinks>(model_.model->projections(), [&flat](const at::Tensor& w) {
+      const size_t i = flat.index_of(w);
+      return models::GradSlot([&flat, i](bool need) {
+        return need ? flat.gradients().acquire_view(i) : flat.gradients().view(i);
+      });
+    });
     set_model_ops(model_, config_, device_.device, grad_sinks_);
     optimizer_->keep_on_zero(grad_sinks_->params());
   }
   if (group_) {
-    reducer_ = attach_to_group(*group_, *optimizer_);
+    reducer_ = attach_to_group(*group_, *optimizer_, config_.optimizer.gradient_storage);
     comm_clock_ = std::make_unique<CommClock>(device_.device);
   }
   // Sharded all-gathers and an offloaded update both hand back the weights bucket by bucket.
@@ -667,7 +699,8 @@ nlohmann::json Run::memory_per_rank() const {
     for (const auto& [name, t] : model_.model->parameters()) weights += t.storage().nbytes();
     if (model_.nf4) weights += model_.nf4->nbytes();
   }
-  const int64_t grads = optimizer_->flat().grads().nbytes();
+  // The gradients as held from the backward to the step (with lazy storage not during the forward).
+  const int64_t grads = optimizer_->flat().gradients().bytes();
   const int64_t masters = optimizer_->master_bytes(), moments = optimizer_->moment_bytes();
   // Offloaded, masters and moments are host memory: the device holds only the fp32 sums.
   int64_t state = optimizer_->offloaded() ? 0 : masters + moments;

@@ -71,7 +71,8 @@ nlohmann::ordered_json measure(const models::ModelConfig& config, const Form& f,
   const int64_t device_bytes = allocated() - before;
   double first = 0, last = 0;
   for (int it = 0; it <= iters; ++it) {  // iteration 0 warms up
-    opt.flat().grads().normal_(0.0, 1e-3);
+    for (size_t b = 0; b < opt.flat().layout().buckets().size(); ++b)  // as a backward leaves them
+      opt.flat().gradients().acquire(b).normal_(0.0, 1e-3);
     at::cuda::CUDAEvent start(cudaEventDefault), first_ready(cudaEventDefault), all_ready(cudaEventDefault);
     start.record();
     opt.grad_norm(1.0);

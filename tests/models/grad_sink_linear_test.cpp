@@ -45,7 +45,7 @@ TEST(GradSinkLinear, SameBitsAsAutogradAndOneHookPerBackward) {
     w.mutable_grad() = view;
     int fired = 0;
     torch::autograd::impl::set_post_acc_grad_hooks(w, std::make_unique<CountingHook>(&fired));
-    GradSink sink{&w, view, false};
+    GradSink sink{&w, [view](bool) { return view; }, false};
     for (size_t i = 0; i < xs.size(); ++i) {
       at::Tensor x = xs[i].clone().requires_grad_(true);
       sink_linear(x, w, with_bias ? b : at::Tensor(), &sink).sin().sum().backward();

@@ -61,8 +61,9 @@ const std::vector<Form> kForms = {
     {"bf16, no masters, 8-bit moments", at::kBFloat16, false, false, false, Moments::k8bit},
 };
 
-std::unique_ptr<AdamW> make(const Form& f, Offload offload) {
+std::unique_ptr<AdamW> make(const Form& f, Offload offload, GradStorage storage = GradStorage::kAuto) {
   OptimizerSection o;
+  o.gradient_storage = storage;
   o.lr = 1e-2;
   o.weight_decay = 0.01;
   o.master_weights = f.masters;
@@ -108,21 +109,25 @@ std::vector<std::pair<std::string, at::Tensor>> cloned(const std::vector<std::pa
   return out;
 }
 
+// Lazy gradients (freed by the step while their copies hold them) and a resident buffer
+// (zeroed by the worker after its copy).
 TEST(OffloadedAdamW, TrainsAsOnTheDeviceBitForBitInEveryForm) {
-  for (const Form& f : kForms) {
-    SCOPED_TRACE(f.name);
-    auto device = make(f, Offload::kNone), host = make(f, Offload::kCpu);
-    ASSERT_TRUE(host->offloaded());
-    ASSERT_FALSE(device->offloaded());
-    ASSERT_GT(host->flat().layout().buckets().size(), 2u);
-    EXPECT_GT(host->host_bytes(), host->master_bytes() + host->moment_bytes());
-    EXPECT_EQ(device->host_bytes(), 0);
-    train(*device, f.fp32_sums, 0, 4);
-    train(*host, f.fp32_sums, 0, 4);
-    expect_same(*device, *host);
-    // The gradients were zeroed after their copy, as zero_grad() zeroes them.
-    EXPECT_EQ(host->flat().grads().count_nonzero().item<int64_t>(), 0);
-  }
+  for (const Form& f : kForms)
+    for (const GradStorage storage : {GradStorage::kLazy, GradStorage::kResident}) {
+      SCOPED_TRACE(std::string(f.name) + (storage == GradStorage::kLazy ? ", lazy" : ", resident"));
+      auto device = make(f, Offload::kNone, storage), host = make(f, Offload::kCpu, storage);
+      ASSERT_TRUE(host->offloaded());
+      ASSERT_FALSE(device->offloaded());
+      ASSERT_GT(host->flat().layout().buckets().size(), 2u);
+      EXPECT_GT(host->host_bytes(), host->master_bytes() + host->moment_bytes());
+      EXPECT_EQ(device->host_bytes(), 0);
+      train(*device, f.fp32_sums, 0, 4);
+      train(*host, f.fp32_sums, 0, 4);
+      expect_same(*device, *host);
+      // The gradients were freed or zeroed after their copy, as zero_grad() does it.
+      EXPECT_EQ(host->flat().gradients().gathered().count_nonzero().item<int64_t>(), 0);
+      if (storage == GradStorage::kLazy) EXPECT_EQ(host->flat().gradients().allocated_bytes(), 0);
+    }
 }
 
 // Each bucket is final as soon as it is waited for, before the later ones are.

@@ -17,6 +17,14 @@ namespace {
 
 using Shapes = std::vector<std::pair<std::string, std::vector<int64_t>>>;
 
+// A gradient set as a test sets it: into the .grad view while there is one (resident
+// storage, or after a backward), else by hand (collected into the lazy buckets).
+void set_grad(at::Tensor& p, const at::Tensor& g) {
+  c10::NoGradGuard no_grad;
+  if (p.grad().defined()) p.mutable_grad().copy_(g);
+  else p.mutable_grad() = g.to(p.scalar_type()).clone();
+}
+
 // Odd sizes on purpose: none is a multiple of the alignment.
 Shapes odd_shapes() {
   return {{"embed", {37, 5}}, {"a", {129}}, {"b", {3, 7, 11}}, {"empty", {0}}, {"c", {1}}, {"d", {300}}};
@@ -155,7 +163,9 @@ TEST(TrainFlatParameters, AutogradAccumulatesIntoTheFlatGradientBuffer) {
   auto params = make_params(at::kFloat);
   std::vector<at::Tensor> copies;  // separate tensors: autograd's ordinary accumulation
   for (const auto& p : params) copies.push_back(p.detach().clone().requires_grad_(true));
-  AdamW opt(names(), params, OptimizerSection{});
+  OptimizerSection resident;  // one buffer, its views installed for good (lazy: tests/trainer/lazy_gradients_test.cpp)
+  resident.gradient_storage = optim::GradStorage::kResident;
+  AdamW opt(names(), params, resident);
   const FlatParameters& flat = opt.flat();
   std::vector<at::Tensor> views;
   for (const auto& p : params) views.push_back(p.grad());
@@ -167,13 +177,13 @@ TEST(TrainFlatParameters, AutogradAccumulatesIntoTheFlatGradientBuffer) {
     // The same .grad tensor as before the first backward (added into, not replaced) ...
     EXPECT_TRUE(params[i].grad().is_same(views[i])) << i;
     // ... holding the sum of both passes, in the flat buffer.
-    EXPECT_TRUE(at::allclose(flat.segment(flat.grads(), i), copies[i].grad(), 1e-6, 1e-6)) << i;
+    EXPECT_TRUE(at::allclose(flat.segment(flat.gradients().gathered(), i), copies[i].grad(), 1e-6, 1e-6)) << i;
   }
-  EXPECT_GT(flat.grads().abs().sum().item<double>(), 0.0);
-  expect_zero_padding(flat.grads(), flat.layout(), "gradient padding after backward");
+  EXPECT_GT(flat.gradients().gathered().abs().sum().item<double>(), 0.0);
+  expect_zero_padding(flat.gradients().gathered(), flat.layout(), "gradient padding after backward");
   // Zeroing is a memset of the buffer: the views stay.
   opt.zero_grad();
-  EXPECT_EQ(flat.grads().count_nonzero().item<int64_t>(), 0);
+  EXPECT_EQ(flat.gradients().gathered().count_nonzero().item<int64_t>(), 0);
   for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(params[i].grad().is_same(views[i]));
   objective(params, 1.0).backward();
   for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(params[i].grad().is_same(views[i]));
@@ -258,7 +268,7 @@ void compare_with_fused_adamw(const Case& c) {
     for (const auto& p : params) grads.push_back(at::randn(p.sizes()) * 3.0);
     {
       c10::NoGradGuard no_grad;
-      for (size_t i = 0; i < params.size(); ++i) params[i].grad().copy_(grads[i]);  // into the views
+      for (size_t i = 0; i < params.size(); ++i) set_grad(params[i], grads[i]);
     }
     const double norm = opt.grad_norm(c.max_norm).item<double>();
     double expected_norm = 0;
@@ -323,7 +333,7 @@ TEST(TrainFlatAdamW, MasterWeightsFollowFusedAdamWOnTheFp32Masters) {
       c10::NoGradGuard no_grad;
       for (auto& p : params) {
         grads.push_back(at::randn(p.sizes()).to(at::kBFloat16));
-        p.grad().copy_(grads.back());
+        set_grad(p, grads.back());
       }
     }
     std::vector<at::Tensor> g32;
@@ -410,8 +420,8 @@ TEST(TrainSplitMasters, StepsAreTheFp32MastersBitForBit) {
       c10::NoGradGuard no_grad;
       for (size_t i = 0; i < fp32_params.size(); ++i) {
         const at::Tensor g = (at::randn(fp32_params[i].sizes()) * 0.1).to(at::kBFloat16);
-        fp32_params[i].grad().copy_(g);
-        split_params[i].grad().copy_(g);
+        set_grad(fp32_params[i], g);
+        set_grad(split_params[i], g);
       }
       if (micro == 0) {
         fp32.accumulate_gradients();
@@ -449,7 +459,7 @@ TEST(TrainFlatAdamW, Fp32AccumulationSumsMicroBatchesInFp32) {
   for (double scale : {1.0, 0.25, 3.0}) {
     objective(params, scale).backward();
     opt.accumulate_gradients();
-    EXPECT_EQ(opt.flat().grads().count_nonzero().item<int64_t>(), 0);  // moved into the fp32 sums
+    EXPECT_EQ(opt.flat().gradients().gathered().count_nonzero().item<int64_t>(), 0);  // moved into the fp32 sums
   }
   const at::Tensor& acc = opt.accumulator();
   ASSERT_TRUE(acc.defined());
@@ -481,11 +491,11 @@ TEST(TrainFlatAdamW, ClipCoefficientIsAppliedInsideTheStep) {
     objective(a_params, 5.0).backward();
     objective(b_params, 5.0).backward();
     const double na = a.grad_norm(1.0).item<double>();
-    const at::Tensor before = b.flat().grads().clone();
+    const at::Tensor before = b.flat().gradients().gathered().clone();
     const double nb = b.clip_grad_norm(1.0).item<double>();
     EXPECT_EQ(na, nb);
     ASSERT_GT(na, 1.0);
-    EXPECT_TRUE(at::allclose(b.flat().grads(), before * (1.0 / (nb + 1e-6)), 1e-6, 1e-7));
+    EXPECT_TRUE(at::allclose(b.flat().gradients().gathered(), before * (1.0 / (nb + 1e-6)), 1e-6, 1e-7));
     a.step(1e-2);
     b.step(1e-2);
   }

@@ -106,8 +106,8 @@ TEST(TrainGradAccumulationPrecision, Bf16InPlaceSumsAgainstFp32Sums) {
       const MicroBatch mb = micro_batch(j, s.config.vocab_size);
       backward(b, mb, denominator);
       backward(f, mb, denominator);
-      per_mb_bf16.push_back(b.opt->flat().grads().to(at::kDouble));
-      per_mb_fp32.push_back(f.opt->flat().grads().to(at::kDouble));
+      per_mb_bf16.push_back(b.opt->flat().gradients().gathered().to(at::kDouble));
+      per_mb_fp32.push_back(f.opt->flat().gradients().gathered().to(at::kDouble));
       b.opt->zero_grad();
       f.opt->zero_grad();
     }
@@ -126,10 +126,10 @@ TEST(TrainGradAccumulationPrecision, Bf16InPlaceSumsAgainstFp32Sums) {
     reference += per_mb_fp32[static_cast<size_t>(j)];
     const int64_t k = j + 1;
     if ((k & (k - 1)) != 0 || k == 1) continue;  // report k = 2, 4, 8, 16
-    const double e_inplace = rel(inplace.opt->flat().grads(), exact);
+    const double e_inplace = rel(inplace.opt->flat().gradients().gathered(), exact);
     const double e_sums = rel(sums.opt->accumulator(), exact);
     const double e_backward = rel(exact, reference);
-    const double e_inplace_ref = rel(inplace.opt->flat().grads(), reference);
+    const double e_inplace_ref = rel(inplace.opt->flat().gradients().gathered(), reference);
     const double e_sums_ref = rel(sums.opt->accumulator(), reference);
     std::printf("%-3lld | %26.2e | %22.2e | %27.2e | %27.2e | %23.2e\n", (long long)k, e_inplace, e_sums, e_backward,
                 e_inplace_ref, e_sums_ref);

@@ -1,7 +1,15 @@
-// Gradients cut into pieces on the CPU: the norm of a buffer cut into pieces is
-// the one-buffer norm bit for bit.
+// Lazy gradient storage (optim/flat_gradients.h) on the CPU: the norm of a buffer
+// cut into pieces is the one-buffer norm bit for bit; lazy buckets train as one
+// resident buffer bit for bit (clipping, accumulation, fp32 sums, 8-bit moments,
+// split masters, a bucket no backward reaches); kept segments (gradient sinks) and
+// hand-set gradients; the storage is freed after the step.
 #include "tests/trainer/lazy_gradients_util.h"
 
+#include "models/grad_sink_linear.h"
+#include "models/grad_sinks.h"
+
+#include <c10/core/GradMode.h>
+#include <c10/util/intrusive_ptr.h>
 #include <gtest/gtest.h>
 
 namespace fptrain::optim {
@@ -15,6 +23,105 @@ TEST(TrainLazyGradients, NormOfACutBufferIsTheOneBufferNorm) {
   // On the CPU the cut may fall anywhere (the lanes follow the logical index).
   const at::Tensor whole = random_buffer(3 * 16384 + 5, at::kBFloat16, at::Device(at::kCPU));
   expect_cut_norm_is_whole_norm(whole, at::Tensor(), {5, 17, 16390, 40001}, {});
+}
+
+TEST(TrainLazyGradients, LazyBucketsTrainAsOneResidentBuffer) {
+  testing::expect_lazy_trains_as_resident(at::Device(at::kCPU));
+}
+
+TEST(TrainLazyGradients, ABucketNoBackwardReachesActsAsZerosAndHoldsNoMemory) {
+  testing::TinyModel m(at::kBFloat16, at::Device(at::kCPU));
+  DataParallelSpec dp;
+  dp.bucket_elements = 256;
+  AdamW opt(m.names, m.params, OptimizerSection{}, FlatLayout::kDefaultAlignment, dp);
+  const FlatGradients& g = opt.flat().gradients();
+  ASSERT_EQ(opt.flat().layout().buckets().size(), 5u);  // "e" alone in the last
+  EXPECT_EQ(g.allocated_bytes(), 0) << "no gradient memory before the first backward";
+  m.loss(1).backward();  // "e" gets no gradient
+  EXPECT_FALSE(g.bucket(4).defined());
+  EXPECT_FALSE(m.params[5].grad().defined());
+  for (size_t b = 0; b < 4; ++b) EXPECT_TRUE(g.bucket(b).defined()) << b;
+  EXPECT_EQ(g.allocated_bytes(), g.bytes() - 384 * 2);
+  EXPECT_EQ(g.gathered().narrow(0, opt.flat().layout().buckets()[4].offset, 384).count_nonzero().item<int64_t>(), 0);
+}
+
+TEST(TrainLazyGradients, StorageIsFreedAfterTheStep) {
+  testing::TinyModel m(at::kBFloat16, at::Device(at::kCPU));
+  DataParallelSpec dp;
+  dp.bucket_elements = 256;
+  AdamW opt(m.names, m.params, OptimizerSection{}, FlatLayout::kDefaultAlignment, dp);
+  const FlatGradients& g = opt.flat().gradients();
+  m.loss(0).backward();
+  std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> storages;
+  for (size_t b = 0; b < 5; ++b) storages.emplace_back(g.bucket(b).storage().getWeakStorageImpl());
+  for (const at::Tensor& p : m.params) EXPECT_TRUE(p.grad().defined());
+  opt.grad_norm(1.0);
+  opt.step(1e-3);
+  EXPECT_EQ(g.allocated_bytes(), 0);
+  for (size_t b = 0; b < 5; ++b) EXPECT_FALSE(g.bucket(b).defined()) << b;
+  for (const at::Tensor& p : m.params) EXPECT_FALSE(p.grad().defined());
+  for (const auto& s : storages) EXPECT_TRUE(s.expired()) << "nothing holds a bucket's memory after the step";
+}
+
+// A weight whose gradient a sink writes (keep_on_zero): its bucket is not
+// zeroed for it, the sink overwrites; where no backward writes it, zeros.
+TEST(TrainLazyGradients, GradientSinksWriteIntoLazyBuckets) {
+  auto run = [](GradStorage storage) {
+    at::manual_seed(5);
+    at::Tensor w = (at::randn({24, 16}) * 0.1).requires_grad_(true), b = at::randn({300}).requires_grad_(true);
+    OptimizerSection o;
+    o.gradient_storage = storage;
+    DataParallelSpec dp;
+    dp.bucket_elements = storage == GradStorage::kLazy ? 256 : 0;
+    AdamW opt({"w", "b"}, {w, b}, o, FlatLayout::kDefaultAlignment, dp);
+    opt.keep_on_zero({&w});
+    FlatParameters& flat = opt.flat();
+    models::Projection proj;
+    proj.weight = &w;
+    models::GradSinks sinks({proj}, [&flat](const at::Tensor& t) {
+      const size_t i = flat.index_of(t);
+      return models::GradSlot(
+          [&flat, i](bool need) { return need ? flat.gradients().acquire_view(i) : flat.gradients().view(i); });
+    });
+    std::vector<at::Tensor> out;
+    for (int s = 0; s < 3; ++s) {
+      sinks.begin_step();
+      for (int k = 0; k < 2; ++k) {
+        const at::Tensor x = at::randn({8, 16});
+        // Step 2: plain autograd for the weight (the sink unwritten: zeroed where its bucket exists).
+        at::Tensor y = models::sink_linear(x, w, at::Tensor(), s == 2 ? nullptr : sinks.at(0));
+        (y.sin().sum() + (b * b).sum() * (s == 1 ? 0.0 : 1.0)).backward();
+      }
+      sinks.finish_step();
+      opt.grad_norm(1.0);
+      opt.step(1e-2);
+      out.push_back(flat.weights().clone());
+    }
+    return out;
+  };
+  const auto lazy = run(GradStorage::kLazy), resident = run(GradStorage::kResident);
+  for (size_t s = 0; s < lazy.size(); ++s) EXPECT_TRUE(lazy[s].equal(resident[s])) << s;
+}
+
+// A .grad set by hand (no backward) is copied in and released after the step, as before.
+TEST(TrainLazyGradients, HandSetGradientsAreCollected) {
+  auto run = [](GradStorage storage) {
+    testing::TinyModel m(at::kFloat, at::Device(at::kCPU));
+    OptimizerSection o;
+    o.gradient_storage = storage;
+    DataParallelSpec dp;
+    dp.bucket_elements = 256;
+    AdamW opt(m.names, m.params, o, FlatLayout::kDefaultAlignment, dp);
+    for (int s = 0; s < 2; ++s) {
+      m.params[1].mutable_grad() = at::full_like(m.params[1], 0.5);
+      if (s == 1) m.loss(0).backward();
+      opt.grad_norm(1.0);
+      opt.step(1e-2);
+      EXPECT_FALSE(m.params[1].grad().defined() && storage == GradStorage::kLazy);
+    }
+    return opt.flat().weights().clone();
+  };
+  EXPECT_TRUE(run(GradStorage::kLazy).equal(run(GradStorage::kResident)));
 }
 
 }  // namespace

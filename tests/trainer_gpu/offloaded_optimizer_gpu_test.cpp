@@ -110,7 +110,7 @@ TEST(OffloadedOptimizerGpu, TrainsAsTheDeviceAdamWBitForBitInEveryForm) {
     train(*device, f, 0, 4);
     train(*host, f, 0, 4);
     expect_same(*device, *host);
-    EXPECT_EQ(host->flat().grads().count_nonzero().item<int64_t>(), 0);  // zeroed after their copy
+    EXPECT_EQ(host->flat().gradients().gathered().count_nonzero().item<int64_t>(), 0);  // freed after their copy
   }
 }
 
@@ -146,7 +146,7 @@ TEST(OffloadedOptimizerGpu, TheOptimizerStateLeavesTheDevice) {
       DataParallelSpec dp;
       dp.bucket_elements = 1 << 16;
       AdamW opt(names(), params, o, FlatLayout::kDefaultAlignment, dp);
-      const int64_t flat = opt.flat().weights().nbytes() + opt.flat().grads().nbytes();
+      const int64_t flat = opt.flat().weights().nbytes() + opt.flat().gradients().bytes();
       const int64_t added = allocated() - before;  // the flat buffers less the parameters' old storage
       if (offload == Offload::kCpu) {
         EXPECT_TRUE(opt.master().is_cpu() && opt.master().is_pinned());
