@@ -79,7 +79,8 @@ TEST(TrainOffload, EightBitMomentsWithFp32SumsTrainAsWithoutOffload) {
   expect_same_run(dir, "none", "cpu", 6);
 }
 
-// An fp32 model of 1.5 MB in 1 MiB buckets: two host updates, the forward waiting for each.
+// An fp32 model of 1.5 MB in 1 MiB buckets: two host updates, the forward waiting for each;
+// lazy (the default) and resident gradients.
 TEST(TrainOffload, AnFp32ModelInTwoBucketsTrainsAsWithoutOffload) {
   TempDir dir;
   const std::vector<std::string> sets = {"distributed.bucket_mb=1"};
@@ -87,6 +88,10 @@ TEST(TrainOffload, AnFp32ModelInTwoBucketsTrainsAsWithoutOffload) {
   const CommandResult cpu = train_with(dir, "cpu", "llama64", {"distributed.bucket_mb=1", "optimizer.offload=cpu"});
   EXPECT_NE(cpu.output.find("and updates it in 2 bucket(s) on the host"), std::string::npos) << cpu.output;
   expect_same_run(dir, "none", "cpu", 6);
+  // A resident gradient buffer: the worker zeroes each bucket once its copy left.
+  train_with(dir, "resident", "llama64",
+             {"distributed.bucket_mb=1", "optimizer.offload=cpu", "optimizer.gradient_storage=resident"});
+  expect_same_run(dir, "none", "resident", 6);
 }
 
 }  // namespace
