@@ -211,6 +211,7 @@ TEST(TrainFlatAdamWGpu, AdamWOnCudaEqualsAdamWOnCpu) {
   require_kernels();
   OptimizerSection fp32;
   fp32.weight_decay = 0.1;
+  fp32.gradient_storage = GradStorage::kResident;  // .grad views exist before any backward: the test adds into them
   OptimizerSection int8 = fp32;
   int8.split_masters = true;
   int8.moments = Moments::k8bit;

@@ -154,7 +154,9 @@ TEST(OffloadedOptimizerGpu, TheOptimizerStateLeavesTheDevice) {
         EXPECT_LE(added, flat + (1 << 20)) << "device bytes beyond the weights and gradients";
         EXPECT_GE(opt.host_bytes(), opt.master_bytes() + opt.moment_bytes());
       } else {
-        EXPECT_GE(added, opt.master_bytes() + opt.moment_bytes());
+        // The parameters' old blocks are freed as they move into the weight buffer, each rounded by the
+        // caching allocator: allow the same 1 MiB as above.
+        EXPECT_GE(added + (1 << 20), opt.master_bytes() + opt.moment_bytes());
       }
     }
   }
