@@ -514,8 +514,19 @@ const std::vector<KeyDef>& key_defs() {
                              "auto = true with more than one rank: fp32 masters and AdamW moments split across ranks "
                              "(ZeRO-1), gradients reduce-scattered (ZeRO-2); false = every rank holds all, all-reduce",
                              MEMBER(distributed.shard_optimizer));
-    t.integer("distributed.bucket_mb", "size of the gradient buckets reduced while the backward runs (MiB); with optimizer.offload: cpu also the unit of the host update",
-              MEMBER(distributed.bucket_mb), 1, 1 << 20);
+    t.custom(
+        "distributed.bucket_mb",
+        "auto | MiB: size of the gradient buckets reduced while the backward runs, also the unit in which lazy "
+        "gradients are allocated and (optimizer.offload: cpu) updated on the host; auto = 512 with several "
+        "ranks, 64 in one process",
+        [](auto& n, auto& c, auto& w) {
+          const bool is_auto = n.IsScalar() && n.Scalar() == "auto";
+          c.distributed.bucket_mb = is_auto ? kAutoBucketMb : in_range(as_int(n, w), w, 1, int64_t{1} << 20);
+        },
+        [](TrainConfig& c) {
+          const int64_t v = c.distributed.bucket_mb;
+          return v == kAutoBucketMb ? YAML::Node("auto") : YAML::Node(v);
+        });
     t.choice<Transfers>("distributed.transfers",
                         "how gradient reduce-scatters and weight all-gathers move between GPUs: auto = copy engines "
                         "when every rank is on one node and the GPUs map each other's memory (no SMs taken from the "

@@ -52,7 +52,8 @@ optim::DataParallelSpec data_parallel_spec(distributed::Group* group, const Trai
   optim::DataParallelSpec dp;
   // Buckets in one process too: the unit in which lazy gradients are allocated and an
   // offloaded optimizer updates.
-  dp.bucket_elements = config.distributed.bucket_mb * (int64_t{1} << 20) / static_cast<int64_t>(c10::elementSize(dtype));
+  const int64_t mb = config.distributed.bucket_mb_for(group ? group->world_size() : 1);
+  dp.bucket_elements = mb * (int64_t{1} << 20) / static_cast<int64_t>(c10::elementSize(dtype));
   if (!group) return dp;
   dp.comm = &group->comm();
   dp.shard = config.distributed.shard_optimizer != ShardOptimizer::kOff;

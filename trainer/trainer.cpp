@@ -487,7 +487,7 @@ void Run::log_set_up() {
               (optimizer_->sharded() ? "sharded (each rank: 1/" + std::to_string(world()) + " of masters and moments)"
                                      : std::string("replicated")) +
               ", " + std::to_string(l.buckets().size()) + " gradient bucket(s) of up to " +
-              std::to_string(config_.distributed.bucket_mb) + " MiB; per rank " + common::gib_text(m["weights_bytes"]) +
+              std::to_string(config_.distributed.bucket_mb_for(world())) + " MiB; per rank " + common::gib_text(m["weights_bytes"]) +
               " weights, " + common::gib_text(m["gradients_bytes"]) + " gradients, " + common::gib_text(m["optimizer_state_bytes"]) +
               " optimizer state");
   }
@@ -512,7 +512,7 @@ void Run::log_set_up() {
   log::info(plan);
   const optim::FlatGradients& g = optimizer_->flat().gradients();
   log::info(lazy ? "gradient storage: lazy (" + std::to_string(optimizer_->flat().layout().buckets().size()) +
-                       " bucket(s) of up to " + std::to_string(config_.distributed.bucket_mb) +
+                       " bucket(s) of up to " + std::to_string(config_.distributed.bucket_mb_for(world())) +
                        " MiB, each allocated when the backward first reaches it and freed after the step)"
                  : "gradient storage: resident (one buffer of " + common::gib_text(g.bytes()) + " for the run" +
                        (config_.optimizer.gradient_storage == optim::GradStorage::kResident

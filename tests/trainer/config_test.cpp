@@ -194,6 +194,26 @@ TEST(TrainConfig, OptimizerStateDtype) {
   EXPECT_NE(e.find("optimizer.state_dtype: 'int16' is not one of auto | int8"), std::string::npos) << e;
 }
 
+TEST(TrainConfig, GradientBucketsAreAutoOrMiB) {
+  TrainConfig c = parse_config(kFull, "full.yaml");
+  apply_override(c, "distributed.bucket_mb=auto");
+  EXPECT_EQ(c.distributed.bucket_mb, kAutoBucketMb);
+  EXPECT_EQ(c.distributed.bucket_mb_for(1), kOneProcessBucketMb);
+  EXPECT_EQ(c.distributed.bucket_mb_for(2), kRanksBucketMb);
+  EXPECT_NE(to_yaml(c).find("bucket_mb: auto"), std::string::npos) << to_yaml(c);
+  apply_override(c, "distributed.bucket_mb=128");
+  EXPECT_EQ(c.distributed.bucket_mb_for(1), 128);
+  EXPECT_EQ(c.distributed.bucket_mb_for(8), 128);
+  EXPECT_EQ(to_yaml(parse_config(to_yaml(c), "resolved.yaml")), to_yaml(c));
+  apply_override(c, "distributed.bucket_mb=auto");
+  EXPECT_EQ(c.distributed.bucket_mb, kAutoBucketMb);
+  for (const std::string bad : {"big", "0", "-5"}) {
+    const std::string e = error_of([&] { parse_config("distributed:\n  bucket_mb: " + bad + "\n", "bad.yaml"); });
+    EXPECT_NE(e.find("distributed.bucket_mb: "), std::string::npos) << e;
+    EXPECT_EQ(e.rfind("bad.yaml", 0), 0u) << e;
+  }
+}
+
 TEST(TrainConfig, OverridesAreValidatedLikeTheFile) {
   TrainConfig c = parse_config("model:\n  path: m\n", "c.yaml");
   apply_override(c, "optimizer.lr=3e-4");
