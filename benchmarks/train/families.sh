@@ -22,7 +22,9 @@
 # fptrain alone, full fine-tuning with split masters, the optimizer state on the device against
 # optimizer.offload: cpu (8-bit and fp32 moments; auto and no checkpointing): step time and peak device
 # memory of each, the host memory in its log (FPTRAIN_FAMILY_SHAPES=llama3-8b: issue 30's target; the
-# fp32-moment row needs ~100 GiB of host memory).
+# fp32-moment row needs ~100 GiB of host memory). FPTRAIN_FAMILY_DATA=long: long documents instead (FLAN-like
+# text, median 6k tokens, up to 16k, max_length 16384), 2 examples per micro-batch on both sides: the memory
+# issue's second case (row names get "-long").
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD_DIR=${FPTRAIN_BUILD_DIR:-$ROOT/build-gpu}
@@ -38,6 +40,8 @@ ADAPTER_TYPE=${FPTRAIN_FAMILY_ADAPTER:-lora}
 ADAPTER=""
 [ "$LORA" -gt 0 ] && ADAPTER="adapter: {type: $ADAPTER_TYPE, r: $LORA, alpha: $((2 * LORA)), target_modules: all-linear}"
 SHAPES=${FPTRAIN_FAMILY_SHAPES:-"qwen2.5-7b qwen3-8b"}
+DATA=${FPTRAIN_FAMILY_DATA:-flan} PER=4 MAXLEN=4096 TAG=""
+[ "$DATA" = long ] && PER=2 MAXLEN=16384 TAG=-long
 mkdir -p "$OUT" "$WORK"
 cd "$ROOT" || exit 1
 if ls "$ROOT"/.whl/liger_kernel-*.whl >/dev/null 2>&1; then
@@ -45,6 +49,8 @@ if ls "$ROOT"/.whl/liger_kernel-*.whl >/dev/null 2>&1; then
 fi
 {
   [ -s "$WORK/flan.jsonl" ] || "$PYTHON" scripts/make_dataset.py --profile flan --examples 4000 --seed 0 --out "$WORK/flan.jsonl"
+  [ "$DATA" != long ] || [ -s "$WORK/long.jsonl" ] || "$PYTHON" scripts/make_dataset.py --profile flan --examples 400 \
+    --median 6000 --sigma 0.5 --max-tokens 16384 --seed 0 --out "$WORK/long.jsonl"
   [ -s "$WORK/tok/config.json" ] || "$FPTRAIN" init "$WORK/tok" --preset tiny --corpus "$WORK/flan.jsonl"
 } > "$OUT/families-prep.log" 2>&1 || { echo "prep failed"; tail -20 "$OUT/families-prep.log"; exit 1; }
 results=()
@@ -53,12 +59,12 @@ wanted() { [ -z "${FPTRAIN_FAMILY_ONLY:-}" ] || [[ " $FPTRAIN_FAMILY_ONLY " == *
 
 fp() {  # shape, name, checkpointing, master weights[, more fptrain arguments]
   wanted "$2" || return 0
-  local shape=$1 name=$1-$2 run=$WORK/run-$1-$2 more=${5:-}
+  local shape=$1 name=$1$TAG-$2 run=$WORK/run-$1$TAG-$2 more=${5:-}
   rm -rf "$run"
   cat > "$WORK/$name.yaml" <<YAML
 model: {path: $WORK/$shape, dtype: bfloat16, activation_checkpointing: $3}
-data: {train: $WORK/flan.jsonl, max_length: 4096, workers: 8, shuffle: false}
-batching: {mode: flatten, examples_per_micro_batch: 4, grad_accumulation: 1}
+data: {train: $WORK/$DATA.jsonl, max_length: $MAXLEN, workers: 8, shuffle: false}
+batching: {mode: flatten, examples_per_micro_batch: $PER, grad_accumulation: 1}
 optimizer: {lr: 1.0e-4, grad_clip: 1.0, master_weights: $4}
 schedule: {warmup_steps: 2}
 training: {max_steps: $STEPS}
@@ -71,7 +77,7 @@ $ADAPTER
 YAML
   # shellcheck disable=SC2086  # $more: words
   if timeout "${FPTRAIN_FAMILY_TIMEOUT:-300}" "$FPTRAIN" train "$WORK/$name.yaml" $more > "$OUT/families-$name.log" 2>&1; then
-    "$PYTHON" "$TOOLS" fptrain-run --run "$run" --name "$name" --world-size 1 --examples-per-gpu 4 > "$WORK/$name.json" &&
+    "$PYTHON" "$TOOLS" fptrain-run --run "$run" --name "$name" --world-size 1 --examples-per-gpu "$PER" > "$WORK/$name.json" &&
       results+=("$WORK/$name.json") && echo "$name: $(cut -c1-160 "$WORK/$name.json")"
     if [ -s "$run/profile_trace.json" ]; then
       "$PYTHON" "$ROOT/benchmarks/train/profile_report.py" "$run" > /dev/null && cp "$run/profile.md" "$OUT/profile-$shape.md"
@@ -82,11 +88,11 @@ YAML
 }
 hf() {  # shape, name, extra args...
   wanted "$2" || return 0
-  local shape=$1 name=$1-$2; shift 2
+  local shape=$1 name=$1$TAG-$2; shift 2
   [ "$LORA" -gt 0 ] && set -- "$@" --lora "$LORA"
   [ "$LORA" -gt 0 ] && [ "$ADAPTER_TYPE" = qlora ] && set -- "$@" --qlora
-  if timeout 300 "$PYTHON" benchmarks/distributed/hf_ddp.py --model "$WORK/$shape" --data "$WORK/flan.jsonl" --no-shuffle \
-       --batch 4 --steps "$STEPS" --warmup 5 --name "$name" "$@" > "$WORK/$name.out" 2> "$OUT/families-$name.log"; then
+  if timeout 300 "$PYTHON" benchmarks/distributed/hf_ddp.py --model "$WORK/$shape" --data "$WORK/$DATA.jsonl" --no-shuffle \
+       --batch "$PER" --max-length "$MAXLEN" --steps "$STEPS" --warmup 5 --name "$name" "$@" > "$WORK/$name.out" 2> "$OUT/families-$name.log"; then
     grep '^{' "$WORK/$name.out" | tail -1 > "$WORK/$name.json" && results+=("$WORK/$name.json") &&
       echo "$name: $(cut -c1-160 "$WORK/$name.json")"
   else
