@@ -298,6 +298,8 @@ StepRecord Run::train_step_or_explain_oom(const data::TrainStep& ts) {
     // micro-batch, the optimizer state (sharded over more ranks) or the fp32 masters.
     std::string also;
     if (config_.model.activation_checkpointing != Checkpointing::every(1)) also += ", or set model.activation_checkpointing: every_layer";
+    if (config_.model.recompute == Recompute::kReplay)
+      also += ", or set model.recompute: auto (plain recomputation on the layers where replayed does not fit)";
     if (config_.optimizer.master_weights)
       also += ", or shard the fp32 master weights and moments over more GPUs or set optimizer.master_weights: " +
               std::string(config_.optimizer.split_masters ? "" : "split (the same training, 2 bytes less) or ") +
