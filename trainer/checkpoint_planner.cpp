@@ -12,7 +12,7 @@ AutoCheckpointing::AutoCheckpointing(const ActivationShape& m, int64_t free_byte
   const double mlp = b * static_cast<double>(2 * m.hidden + 3 * m.intermediate);
   none_ = attention + mlp + extra;
   selective_ = attention + b * static_cast<double>(m.hidden) + extra;
-  replayed_ = b * static_cast<double>(2 * m.hidden + m.q);
+  replayed_ = b * static_cast<double>(2 * m.hidden + (m.attention_replayed ? m.q : 0));
   plain_ = b * static_cast<double>(m.hidden);
   budget_ = (static_cast<double>(free_bytes) - 2.0 * (1 << 30)) / 1.2;
   score_bytes_ = static_cast<double>(m.score_bytes);
@@ -83,6 +83,7 @@ ActivationShape activation_shape(const models::ModelConfig& c, at::ScalarType dt
   m.intermediate = c.intermediate_size;
   m.dtype_bytes = static_cast<int64_t>(c10::elementSize(dtype));
   m.extra_per_token = m.dtype_bytes * ((c.gemma ? 2 * m.hidden : 0) + (c.qk_norm ? m.q + m.kv : 0));
+  m.attention_replayed = backend == attention::Backend::kHopper;  // attention::varlen_attention_recorded
   if (backend == attention::Backend::kReference) {
     const int64_t per_head = 4 + m.dtype_bytes + (c.attn_logit_softcap > 0 ? m.dtype_bytes : 0);
     m.score_bytes = c.num_attention_heads * per_head + 1;

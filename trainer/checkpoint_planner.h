@@ -10,7 +10,8 @@
 //   scores           a backend that materialises the scores (reference) keeps, per layer,
 //                    score_bytes for each of the S = sum of L_i^2 scores of the micro-batch
 //   replayed layer   b (2H + Q)   its input, the residual after the attention and (hopper)
-//                                 the attention's output (statistics: negligible)
+//                                 the attention's output (statistics: negligible); b 2H on
+//                                 backends that cannot replay the attention
 //   plain layer      b H          its input only
 // What a plan keeps:
 //   none             L (T (attention + MLP + extra) + S scores)
@@ -36,6 +37,9 @@ struct ActivationShape {
   int64_t layers = 0, hidden = 0, q = 0, kv = 0, intermediate = 0, dtype_bytes = 2;
   int64_t extra_per_token = 0;  // bytes per token and layer beyond Llama's layer (Gemma's extra norms)
   int64_t score_bytes = 0;      // bytes kept per attention score (all heads) and layer; 0: flash kernels
+  // A replayed layer keeps the attention's output (the backend replays it: hopper); else
+  // the recomputation runs the attention's forward again and the tape is b 2H.
+  bool attention_replayed = true;
 };
 
 // What is recomputed for one micro-batch: `recomputed` whole layers, of which the

@@ -361,6 +361,10 @@ TEST(TrainActivationCheckpointing, AutoCountsAMaterialisedAttentionsScores) {
   const ActivationShape flash = activation_shape(gemma2, at::kBFloat16, attention::Backend::kTorchFA2);
   const ActivationShape ref = activation_shape(gemma2, at::kBFloat16, attention::Backend::kReference);
   EXPECT_EQ(flash.score_bytes, 0);
+  // Only our kernels replay the attention: elsewhere a replayed layer's tape is b 2H, not b (2H + Q).
+  EXPECT_FALSE(flash.attention_replayed);
+  EXPECT_FALSE(ref.attention_replayed);
+  EXPECT_TRUE(activation_shape(gemma2, at::kBFloat16, attention::Backend::kHopper).attention_replayed);
   EXPECT_EQ(ref.score_bytes, 16 * (4 + 2 + 2) + 1);  // fp32 softmax, its bf16 copy, the tanh; the mask
   EXPECT_EQ(ref.extra_per_token, 2 * 2 * 3584);       // the norms after attention and MLP
   const AutoCheckpointing a(ref, int64_t{19} << 29);  // 9.5 GiB free, as a 9B leaves on an 80 GB card
