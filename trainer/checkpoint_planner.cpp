@@ -104,13 +104,14 @@ std::string AutoCheckpointing::plain_clause(int64_t replayed_max, int64_t plain_
   char buf[256];
   if (recompute_ == Recompute::kReplay) return "; model.recompute: replay (no layer recomputes plain)";
   if (recompute_ == Recompute::kPlain) {
-    std::snprintf(buf, sizeof buf, "; model.recompute: plain (whole layers keep only their input): fits up to %lld",
+    std::snprintf(buf, sizeof buf,
+                  "; model.recompute: plain (whole layers keep only their input): fits up to %lld tokens",
                   static_cast<long long>(plain_max));
     return buf;
   }
   std::snprintf(buf, sizeof buf,
-                "; replayed recomputation up to %lld tokens, above that as many layers as needed recompute plain "
-                "(keeping only their input), which fits up to %lld",
+                "; with every checkpointed layer replayed up to %lld tokens, above that as many layers as needed "
+                "recompute plain (keeping only their input), which fits up to %lld tokens",
                 static_cast<long long>(replayed_max), static_cast<long long>(plain_max));
   return buf;
 }
@@ -130,7 +131,8 @@ std::string AutoCheckpointing::describe() const {
 std::string AutoCheckpointing::describe_every_k(int64_t every_k) const {
   const int64_t whole = checkpointed_layers(layers_, every_k);
   char buf[160];
-  std::snprintf(buf, sizeof buf, "activation checkpointing every_%lld (%lld of %lld layers): %.1f GiB free after set-up",
+  std::snprintf(buf, sizeof buf,
+                "activation checkpointing every_%lld (%lld of %lld layers): %.1f GiB free after set-up",
                 static_cast<long long>(every_k), static_cast<long long>(whole), static_cast<long long>(layers_),
                 static_cast<double>(free_) / (1 << 30));
   return buf + plain_clause(max_tokens({whole, 0, 0}), max_tokens({whole, 0, whole}));

@@ -192,8 +192,8 @@ TEST(LoraTraining, CheckpointingAndResumeChangeNothing) {
   const fs::path dropped_recomputed =
       run_to("dropped_recomputed", {"adapter.dropout=0.2", "model.activation_checkpointing=every_layer"});
   // ... and so does a plain recomputation (model.recompute: plain: the whole layer run again).
-  const fs::path dropped_plain = run_to("dropped_plain", {"adapter.dropout=0.2", "model.activation_checkpointing=every_layer",
-                                                          "model.recompute=plain"});
+  const fs::path dropped_plain = run_to(
+      "dropped_plain", {"adapter.dropout=0.2", "model.activation_checkpointing=every_layer", "model.recompute=plain"});
   run_to("dropped_resumed", {"adapter.dropout=0.2", "training.stop_at_step=5"});
   const fs::path dropped_resumed = run_to("dropped_resumed", {"adapter.dropout=0.2"});
   EXPECT_NE(train_records(dropped).back()["loss"], train_records(plain).back()["loss"]) << "dropout did nothing";
