@@ -291,9 +291,9 @@ std::shared_ptr<CheckpointSwitch> set_activation_checkpointing(models::CausalLM&
                                                          const models::CausalLM::BlockFn& run) {
     // Inside a checkpointed layer the whole layer is recomputed already.
     const auto& params = mlp_params[static_cast<size_t>(layer)];
+    if (!control->mlp_only(layer) || !needs_grad(normed, params)) return run(normed, ops);
     // Replayed: an MLP's tape is empty (its down product is skipped, nothing kept), so
     // plain would only add work.
-    if (!control->mlp_only(layer) || !needs_grad(normed, params)) return run(normed, ops);
     return recomputed_block(normed, ops, run, params, Recomputation::kReplayed, preserve_rng);
   });
   return control;
