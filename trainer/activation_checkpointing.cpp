@@ -4,7 +4,6 @@
 
 #include <ATen/Context.h>
 
-#include <cstdio>
 #include <mutex>
 
 #include <torch/csrc/autograd/autograd.h>
@@ -79,81 +78,6 @@ struct RecomputeLayer : torch::autograd::Function<RecomputeLayer> {
 
 }  // namespace
 
-AutoCheckpointing::AutoCheckpointing(const ActivationShape& m, int64_t free_bytes)
-    : free_(free_bytes), layers_(m.layers) {
-  const double b = static_cast<double>(m.dtype_bytes), extra = static_cast<double>(m.extra_per_token);
-  const double attention = b * static_cast<double>(3 * m.hidden + 3 * m.q + 4 * m.kv);
-  const double mlp = b * static_cast<double>(2 * m.hidden + 3 * m.intermediate);
-  none_ = attention + mlp + extra;
-  selective_ = attention + b * static_cast<double>(m.hidden) + extra;
-  recomputed_ = b * static_cast<double>(2 * m.hidden + m.q);
-  budget_ = (static_cast<double>(free_bytes) - 2.0 * (1 << 30)) / 1.2;
-  score_bytes_ = static_cast<double>(m.score_bytes);
-  const double L = static_cast<double>(layers_);
-  auto max_tokens = [&](double per_token) { return budget_ > 0 ? static_cast<int64_t>(budget_ / per_token) : 0; };
-  none_max_ = max_tokens(L * none_);
-  selective_max_ = max_tokens(L * selective_);
-}
-
-// Kept bytes of a plan: each layer's share, the scores of the layers not recomputed
-// whole, and while a whole layer is recomputed in the backward its full activations.
-double AutoCheckpointing::cost(const LayerPlan& p, int64_t tokens, int64_t scores) const {
-  const double T = static_cast<double>(tokens), S = static_cast<double>(scores) * score_bytes_;
-  const double plain = static_cast<double>(layers_ - p.recomputed - p.selective);
-  double bytes = T * (static_cast<double>(p.recomputed) * recomputed_ + static_cast<double>(p.selective) * selective_ +
-                      plain * none_);
-  bytes += static_cast<double>(layers_ - p.recomputed) * S;
-  if (p.recomputed > 0) bytes += T * none_ + S;
-  return bytes;
-}
-
-// Candidates from fastest to slowest: MLPs recomputed in 0..L layers, then whole layers
-// 1..L with every other layer's MLP recomputed; the first that fits.
-LayerPlan AutoCheckpointing::plan(int64_t tokens, int64_t scores) const {
-  for (int64_t s = 0; s <= layers_; ++s)
-    if (cost({0, s}, tokens, scores) <= budget_) return {0, s};
-  for (int64_t r = 1; r < layers_; ++r)
-    if (cost({r, layers_ - r}, tokens, scores) <= budget_) return {r, layers_ - r};
-  return {layers_, 0};
-}
-
-ActivationShape activation_shape(const models::ModelConfig& c, at::ScalarType dtype, attention::Backend backend) {
-  ActivationShape m;
-  m.layers = c.num_hidden_layers;
-  m.hidden = c.hidden_size;
-  m.q = c.num_attention_heads * c.head_dim;
-  m.kv = c.num_key_value_heads * c.head_dim;
-  m.intermediate = c.intermediate_size;
-  m.dtype_bytes = static_cast<int64_t>(c10::elementSize(dtype));
-  m.extra_per_token = m.dtype_bytes * ((c.gemma ? 2 * m.hidden : 0) + (c.qk_norm ? m.q + m.kv : 0));
-  if (backend == attention::Backend::kReference) {
-    const int64_t per_head = 4 + m.dtype_bytes + (c.attn_logit_softcap > 0 ? m.dtype_bytes : 0);
-    m.score_bytes = c.num_attention_heads * per_head + 1;
-  }
-  return m;
-}
-
-int64_t attention_scores(const std::vector<int32_t>& cu_seqlens) {
-  int64_t sum = 0;
-  for (size_t i = 1; i < cu_seqlens.size(); ++i) {
-    const int64_t len = cu_seqlens[i] - cu_seqlens[i - 1];
-    sum += len * len;
-  }
-  return sum;
-}
-
-std::string AutoCheckpointing::describe() const {
-  char buf[384];
-  std::snprintf(buf, sizeof buf,
-                "activation checkpointing auto: %.1f GiB free after set-up; micro-batches of up to %lld tokens run "
-                "without it, up to %lld with the MLPs of as few layers recomputed as fit, larger ones recompute "
-                "as few whole layers as fit%s",
-                static_cast<double>(free_) / (1 << 30), static_cast<long long>(none_max_),
-                static_cast<long long>(selective_max_),
-                score_bytes_ > 0 ? " (fewer with long documents: the attention backend keeps its scores)" : "");
-  return buf;
-}
-
 at::Tensor checkpointed_layer(const at::Tensor& hidden, LayerFunction run, const std::vector<at::Tensor>& params,
                               bool preserve_rng) {
   auto closure = c10::make_intrusive<LayerClosure>();
@@ -165,7 +89,12 @@ at::Tensor checkpointed_layer(const at::Tensor& hidden, LayerFunction run, const
 
 at::Tensor recomputed_block(const at::Tensor& hidden, const models::DecoderOps& ops,
                             const models::CausalLM::BlockFn& run, const std::vector<at::Tensor>& params,
-                            bool preserve_rng) {
+                            Recomputation how, bool preserve_rng) {
+  if (how == Recomputation::kPlain) {  // the same calls on the same ops, twice: the same bits
+    std::shared_ptr<const models::DecoderOps> kept = ops.shared_from_this();
+    return checkpointed_layer(
+        hidden, [kept, run](const at::Tensor& h) { return run(h, *kept); }, params, preserve_rng);
+  }
   auto recompute = std::make_shared<models::RecomputeOps>(ops.shared_from_this());
   return checkpointed_layer(
       hidden,

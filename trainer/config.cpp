@@ -334,6 +334,12 @@ const std::vector<KeyDef>& key_defs() {
         "memory; every_<k> recomputes layers 0, k, 2k, ...",
         [](auto& n, auto& c, auto& w) { c.model.activation_checkpointing = as_checkpointing(n, w); },
         [](TrainConfig& c) { return YAML::Node(c.model.activation_checkpointing.name()); });
+    t.choice<Recompute>("model.recompute",
+                        "what a checkpointed layer keeps for its recomputation: replay = its input, the residual "
+                        "after the attention and (hopper) the attention's output (the recomputation skips the "
+                        "attention forward and the o/down products); plain = only its input; auto = replay where the "
+                        "device memory allows, plain on as many layers as needed (on CUDA; the CPU replays)",
+                        MEMBER(model.recompute));
     // adapter
     t.choice<AdapterType>("adapter.type",
                           "none = full fine-tuning; lora = low-rank adapters on the frozen base (PEFT's LoRA); qlora = "

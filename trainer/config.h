@@ -28,6 +28,11 @@ enum class AttentionChoice { kAuto, kHopper, kTorchFA2, kReference };
 enum class LrDecay { kCosine, kLinear, kConstant };
 enum class ShardOptimizer { kAuto, kOn, kOff };
 enum class Transfers { kAuto, kCopyEngine, kNccl };
+// model.recompute: what a checkpointed layer keeps for its recomputation. replay: its
+// input, the residual after the attention and (hopper) the attention's output, so the
+// recomputation skips the attention forward and the o/down products; plain: only its
+// input, everything recomputed; auto: replayed where the device memory allows, else plain.
+enum class Recompute { kAuto, kReplay, kPlain };
 // adapter.type: full fine-tuning, LoRA on a frozen bf16 base, or LoRA on a 4-bit NF4 base.
 enum class AdapterType { kNone, kLora, kQlora };
 
@@ -66,6 +71,7 @@ struct ModelSection {
   AttentionChoice attention = AttentionChoice::kAuto;
   // 0: off; 1: every decoder layer; k: every k-th layer (layers 0, k, 2k, ...).
   Checkpointing activation_checkpointing = Checkpointing::automatic();
+  Recompute recompute = Recompute::kAuto;
   // RMSNorm (with the residual add), RoPE and SwiGLU through fused CUDA kernels where they run.
   bool fused_ops = true;
 };
@@ -237,6 +243,11 @@ struct EnumNames<trainer::AttentionChoice> {
        {trainer::AttentionChoice::kTorchFA2, "torch-fa2"},
        {trainer::AttentionChoice::kReference, "reference"},
        {trainer::AttentionChoice::kHopper, "fptrain", /*alias=*/true}}};
+};
+template <>
+struct EnumNames<trainer::Recompute> {
+  static constexpr std::array<EnumEntry<trainer::Recompute>, 3> table = {
+      {{trainer::Recompute::kAuto, "auto"}, {trainer::Recompute::kReplay, "replay"}, {trainer::Recompute::kPlain, "plain"}}};
 };
 template <>
 struct EnumNames<trainer::ShardOptimizer> {

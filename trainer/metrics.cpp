@@ -295,7 +295,10 @@ void log_run_banner(const TrainConfig& config, const models::ModelConfig& mc, co
                  ? std::string("with fp32 master weights (split: the bf16 weights and 16-bit remainders)")
                  : std::string("with fp32 master weights")) +
             (config.optimizer.moments == optim::Moments::k8bit ? ", 8-bit moments (bitsandbytes' AdamW8bit)" : "") +
-            (ckpt != Checkpointing::none() ? " | activation checkpointing " + ckpt.name() : std::string()));
+            (ckpt != Checkpointing::none() ? " | activation checkpointing " + ckpt.name() : std::string()) +
+            (ckpt != Checkpointing::none() && config.model.recompute != Recompute::kAuto
+                 ? std::string(", recompute ") + common::enum_name(config.model.recompute)
+                 : std::string()));
   const data::BatchMode mode = config.batching.mode;
   const int64_t row = config.batching.row_tokens > 0 ? config.batching.row_tokens : config.data.max_length;
   const std::string unit =

@@ -146,6 +146,7 @@ LoadedModel open_model(const TrainConfig& config, const at::Device& device, cons
   const bool random_blocks = trainable && m.adapter && m.adapter->settings().dropout > 0;
   m.checkpointing = set_activation_checkpointing(*m.model, config.model.activation_checkpointing,
                                                  trainable ? m.trained() : NamedTensors{}, random_blocks);
+  m.checkpointing->all_plain = config.model.recompute == Recompute::kPlain;
   return m;
 }
 
@@ -229,21 +230,34 @@ void CheckpointSwitch::set(const Checkpointing& setting) {
   selective = setting.mode == Checkpointing::Mode::kSelective;
   recomputed = 0;
   mlps = 0;
+  plain = 0;
 }
 
 bool CheckpointSwitch::whole_layer(int64_t layer) const {
   return is_checkpointed_layer(layer, every_k) || layer < recomputed;
 }
 
+// The plain layers are the first whole ones. At the start of the backward every
+// layer's tape is alive, so the peak is the same whichever go plain; the first
+// layers' tapes live longest (from their forward to the end of the backward), so
+// making those the small ones lowers the memory held over most of the step.
+bool CheckpointSwitch::plain_layer(int64_t layer) const {
+  if (!whole_layer(layer)) return false;
+  const int64_t k = every_k;
+  const int64_t ordinal = k > 0 ? layer / k : layer;  // among the whole layers
+  return all_plain || ordinal < plain;
+}
+
 bool CheckpointSwitch::mlp_only(int64_t layer) const {
   return !whole_layer(layer) && (selective || layer < recomputed + mlps);
 }
 
-void CheckpointSwitch::set_plan(int64_t recomputed_layers, int64_t mlp_layers) {
+void CheckpointSwitch::set_plan(int64_t recomputed_layers, int64_t mlp_layers, int64_t plain_layers) {
   every_k = 0;
   selective = false;
   recomputed = recomputed_layers;
   mlps = mlp_layers;
+  plain = plain_layers;
 }
 
 std::shared_ptr<CheckpointSwitch> set_activation_checkpointing(models::CausalLM& model, const Checkpointing& setting,
@@ -269,7 +283,8 @@ std::shared_ptr<CheckpointSwitch> set_activation_checkpointing(models::CausalLM&
                                                              const models::CausalLM::BlockFn& run) {
     const auto& params = layer_params[static_cast<size_t>(layer)];
     if (!control->whole_layer(layer) || !needs_grad(hidden, params)) return run(hidden, ops);
-    return recomputed_block(hidden, ops, run, params, preserve_rng);
+    const Recomputation how = control->plain_layer(layer) ? Recomputation::kPlain : Recomputation::kReplayed;
+    return recomputed_block(hidden, ops, run, params, how, preserve_rng);
   });
   model.set_mlp_runner([mlp_params, control, needs_grad, preserve_rng](int64_t layer, const at::Tensor& normed,
                                                          const models::DecoderOps& ops,
@@ -277,7 +292,9 @@ std::shared_ptr<CheckpointSwitch> set_activation_checkpointing(models::CausalLM&
     // Inside a checkpointed layer the whole layer is recomputed already.
     const auto& params = mlp_params[static_cast<size_t>(layer)];
     if (!control->mlp_only(layer) || !needs_grad(normed, params)) return run(normed, ops);
-    return recomputed_block(normed, ops, run, params, preserve_rng);
+    // Replayed: an MLP's tape is empty (its down product is skipped, nothing kept), so
+    // plain would only add work.
+    return recomputed_block(normed, ops, run, params, Recomputation::kReplayed, preserve_rng);
   });
   return control;
 }

@@ -33,16 +33,21 @@ attention::Backend resolve_backend(AttentionChoice choice, const at::Device& dev
                                    at::ScalarType dtype);
 
 // What the model's runners recompute, switchable between micro-batches
-// (model.activation_checkpointing: auto).
+// (model.activation_checkpointing: auto, and every_<k>'s replayed-or-plain choice).
 struct CheckpointSwitch {
   std::atomic<int64_t> every_k{0};      // checkpoint layers 0, k, 2k, ... (0: none)
   std::atomic<bool> selective{false};  // checkpoint every layer's MLP block
   // auto's plan for the micro-batch: layers [0, recomputed) whole, the MLPs of the next `mlps`.
   std::atomic<int64_t> recomputed{0};
   std::atomic<int64_t> mlps{0};
-  void set(const Checkpointing& setting);  // a fixed setting (auto: none)
-  void set_plan(int64_t recomputed_layers, int64_t mlp_layers);
+  // The first `plain` whole layers (in layer order) recompute plain, the others replayed;
+  // all_plain: every whole layer (model.recompute: plain).
+  std::atomic<int64_t> plain{0};
+  std::atomic<bool> all_plain{false};
+  void set(const Checkpointing& setting);  // a fixed setting (auto: none), every whole layer replayed
+  void set_plan(int64_t recomputed_layers, int64_t mlp_layers, int64_t plain_layers = 0);
   bool whole_layer(int64_t layer) const;  // the layer is recomputed in the backward
+  bool plain_layer(int64_t layer) const;  // ... plain, keeping only its input
   bool mlp_only(int64_t layer) const;     // only its MLP block is
 };
 // A trained tensor under its name (a parameter of the model, or an adapter's), in model order.

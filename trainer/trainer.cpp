@@ -8,7 +8,7 @@
 #include "models/parameter_layout.h"
 #include "models/peft_format.h"
 #include "distributed/group.h"
-#include "trainer/activation_checkpointing.h"
+#include "trainer/checkpoint_planner.h"
 #include "optim/adamw.h"
 #include "trainer/checkpoint_store.h"
 #include "trainer/data_parallel.h"
@@ -140,7 +140,8 @@ class Run {
   void start_records();
   void log_set_up();
   void log_adapter() const;
-  void plan_auto_checkpointing();
+  void plan_checkpointing();
+  void apply_checkpoint_plan(int64_t tokens, int64_t scores);
   int64_t gradients_at_activation_peak() const;
   void make_optimizer();
   void wait_for_weights_stage_by_stage();
@@ -172,7 +173,8 @@ class Run {
   std::shared_ptr<models::GradSinks> grad_sinks_;  // the projections' gradients, written into the flat buffer
   std::unique_ptr<GradReducer> reducer_;  // with group_
   std::unique_ptr<CommClock> comm_clock_;  // with group_
-  std::unique_ptr<AutoCheckpointing> auto_checkpointing_;  // model.activation_checkpointing: auto, on CUDA
+  // model.activation_checkpointing: auto, or every_<k> with model.recompute: auto; on CUDA.
+  std::unique_ptr<AutoCheckpointing> checkpoint_planner_;
   DeterministicScope deterministic_;  // training.deterministic
   std::unique_ptr<MetricsLogger> metrics_;
   std::unique_ptr<StepProfiler> profiler_;  // logging.profile_steps; rank 0 only
@@ -252,10 +254,7 @@ StepRecord Run::train_step(const data::TrainStep& ts) {
   for (const auto& mb : ts.micro_batches) {
     if (mb.num_tokens == 0) continue;  // an empty slot at the end of an epoch
     const DeviceBatch b = to_device(mb, device_.device);
-    if (auto_checkpointing_) {  // the cheapest recomputation this micro-batch fits with
-      const LayerPlan plan = auto_checkpointing_->plan(b.num_tokens, attention_scores(mb.cu_seqlens));
-      model_.checkpointing->set_plan(plan.recomputed, plan.selective);
-    }
+    if (checkpoint_planner_) apply_checkpoint_plan(b.num_tokens, attention_scores(mb.cu_seqlens));
     if (remaining == 1) before_last();
     const models::LossOutput out = model_.model->loss(b.input, b.labels, b.labels_host);
     (out.loss_sum / denominator).backward();
@@ -299,6 +298,8 @@ StepRecord Run::train_step_or_explain_oom(const data::TrainStep& ts) {
     // micro-batch, the optimizer state (sharded over more ranks) or the fp32 masters.
     std::string also;
     if (config_.model.activation_checkpointing != Checkpointing::every(1)) also += ", or set model.activation_checkpointing: every_layer";
+    if (config_.model.recompute == Recompute::kReplay)
+      also += ", or set model.recompute: auto (plain recomputation on the layers where replayed does not fit)";
     if (config_.optimizer.master_weights)
       also += ", or shard the fp32 master weights and moments over more GPUs or set optimizer.master_weights: " +
               std::string(config_.optimizer.split_masters ? "" : "split (the same training, 2 bytes less) or ") +
@@ -378,7 +379,7 @@ void Run::set_up() {
   if (group_) group_->set_step(step_);
   start_records();
   log_set_up();
-  if (config_.model.activation_checkpointing.mode == Checkpointing::Mode::kAuto) plan_auto_checkpointing();
+  plan_checkpointing();
   if (resume_from_) log::info("resumed from " + resume_from_->string() + " at step " + std::to_string(step_));
 }
 
@@ -565,16 +566,34 @@ int64_t Run::gradients_at_activation_peak() const {
   return largest * static_cast<int64_t>(c10::elementSize(optimizer_->flat().dtype()));
 }
 
-// model.activation_checkpointing: auto, from the device memory left after set-up.
-void Run::plan_auto_checkpointing() {
+// model.activation_checkpointing: auto, and every_<k> under model.recompute: auto (replayed
+// where it fits, plain on as many layers as needed, so an explicit every_layer never keeps
+// more than plain recomputation would), from the device memory left after set-up.
+void Run::plan_checkpointing() {
+  const Checkpointing& setting = config_.model.activation_checkpointing;
+  const bool every_k = setting.mode == Checkpointing::Mode::kEveryK;
+  if (setting.mode != Checkpointing::Mode::kAuto && !(every_k && config_.model.recompute == Recompute::kAuto))
+    return;
   if (!device_.device.is_cuda()) {
-    log::info("activation checkpointing auto: none on the CPU (no device memory to save)");
+    if (!every_k) log::info("activation checkpointing auto: none on the CPU (no device memory to save)");
     return;
   }
   const int64_t budget = memory_available(device_.device) - gradients_at_activation_peak();
-  auto_checkpointing_ =
-      std::make_unique<AutoCheckpointing>(activation_shape(model_.config, model_.dtype, model_.backend), budget);
-  log::info(auto_checkpointing_->describe());
+  checkpoint_planner_ = std::make_unique<AutoCheckpointing>(
+      activation_shape(model_.config, model_.dtype, model_.backend), budget, config_.model.recompute);
+  log::info(every_k ? checkpoint_planner_->describe_every_k(setting.every_k) : checkpoint_planner_->describe());
+}
+
+// The cheapest recomputation this micro-batch fits with.
+void Run::apply_checkpoint_plan(int64_t tokens, int64_t scores) {
+  const Checkpointing& setting = config_.model.activation_checkpointing;
+  CheckpointSwitch& control = *model_.checkpointing;
+  if (setting.mode == Checkpointing::Mode::kEveryK) {
+    control.plain = checkpoint_planner_->every_k_plan(setting.every_k, tokens, scores).plain;
+    return;
+  }
+  const LayerPlan plan = checkpoint_planner_->plan(tokens, scores);
+  control.set_plan(plan.recomputed, plan.selective, plan.plain);
 }
 
 void Run::make_optimizer() {

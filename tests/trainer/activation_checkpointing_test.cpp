@@ -4,6 +4,7 @@
 #include "tests/models/model_test_util.h"
 #include "models/init.h"
 #include "trainer/activation_checkpointing.h"
+#include "trainer/checkpoint_planner.h"
 #include "trainer/model_setup.h"
 
 #include <ATen/Parallel.h>
@@ -11,29 +12,58 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
+#include <map>
 #include <string_view>
 
 namespace fptrain::trainer {
 namespace {
 
 // granite: projection biases (the MLP's down bias goes through the replayed
-// projection) and a residual multiplier.
-models::ModelConfig tiny_config(bool granite = false) {
-  nlohmann::json j = {{"architectures", {granite ? "GraniteForCausalLM" : "LlamaForCausalLM"}},
-                      {"model_type", granite ? "granite" : "llama"},
+// projection) and a residual multiplier; gemma2: sandwich norms (o and down are
+// not residual-only), soft-capped scores, a window; qwen3: q/k norms. All GQA 4/2.
+enum class Family { kLlama, kGranite, kGemma2, kQwen3 };
+
+models::ModelConfig tiny_config(Family family = Family::kLlama) {
+  static const std::map<Family, std::pair<const char*, const char*>> kNames = {
+      {Family::kLlama, {"LlamaForCausalLM", "llama"}},
+      {Family::kGranite, {"GraniteForCausalLM", "granite"}},
+      {Family::kGemma2, {"Gemma2ForCausalLM", "gemma2"}},
+      {Family::kQwen3, {"Qwen3ForCausalLM", "qwen3"}}};
+  const auto& [architecture, type] = kNames.at(family);
+  nlohmann::json j = {{"architectures", {architecture}},
+                      {"model_type", type},
                       {"vocab_size", 64},     {"hidden_size", 32},
                       {"intermediate_size", 48}, {"num_hidden_layers", 4},
                       {"num_attention_heads", 4}, {"num_key_value_heads", 2},
                       {"max_position_embeddings", 128}, {"rms_norm_eps", 1e-5},
                       {"rope_theta", 10000.0}, {"tie_word_embeddings", false},
                       {"torch_dtype", "float32"}};
-  if (granite) {
+  if (family == Family::kGranite) {
     j["attention_bias"] = true;
     j["mlp_bias"] = true;
     j["residual_multiplier"] = 0.5;
     j["attention_multiplier"] = 0.25;
   }
+  if (family == Family::kGemma2) {
+    j["head_dim"] = 8;
+    j["attn_logit_softcapping"] = 1.5;
+    j["final_logit_softcapping"] = 3.0;
+    j["query_pre_attn_scalar"] = 8;
+    j["sliding_window"] = 4;
+  }
+  if (family == Family::kQwen3) j["head_dim"] = 8;
   return models::parse_model_config(j, "tiny");
+}
+
+const char* family_name(Family f) {
+  switch (f) {
+    case Family::kLlama: return "llama";
+    case Family::kGranite: return "granite";
+    case Family::kGemma2: return "gemma2";
+    case Family::kQwen3: return "qwen3";
+  }
+  return "?";
 }
 
 struct Grads {
@@ -63,13 +93,17 @@ at::Tensor packed_loss(const models::CausalLM& model) {
   return model.loss(in, labels).loss_sum;
 }
 
-Grads run(const Checkpointing& setting, bool granite = false) {
+// A hook on the runners' switch before the forward (which layers go plain).
+using Adjust = std::function<void(CheckpointSwitch&)>;
+
+Grads run(const Checkpointing& setting, Family family = Family::kLlama, const Adjust& adjust = {}) {
   at::set_num_threads(1);  // tiny tensors: threads only add contention when tests run in parallel
-  const models::ModelConfig config = tiny_config(granite);
+  const models::ModelConfig config = tiny_config(family);
   models::TensorMap params = models::init_parameters(config, 5);
   for (auto& [n, t] : params) t.requires_grad_(true);
   models::CausalLM model(config, params, attention::Backend::kReference);
-  set_activation_checkpointing(model, setting, models::testing::trained_parameters(model));
+  auto control = set_activation_checkpointing(model, setting, models::testing::trained_parameters(model));
+  if (adjust) adjust(*control);
   const at::Tensor loss = packed_loss(model);
   loss.backward();
   Grads g;
@@ -78,25 +112,44 @@ Grads run(const Checkpointing& setting, bool granite = false) {
   return g;
 }
 
+void expect_same_bits(const Grads& expected, const Grads& actual, const std::string& what) {
+  EXPECT_TRUE(at::equal(expected.loss, actual.loss)) << what;
+  ASSERT_EQ(expected.grads.size(), actual.grads.size()) << what;
+  for (const auto& [name, g] : expected.grads) {
+    const double diff = (g - actual.grads.at(name)).abs().max().item<double>();
+    EXPECT_EQ(diff, 0.0) << name << " " << what;
+  }
+}
+
 // The recomputation replays the projections that feed a residual add (o, down)
 // without their products, from the residual the first pass kept (and, with the
 // hopper backend, the attention without its forward): the gradients are the
 // very bits of the plain backward, biases and the residual multiplier included.
 TEST(TrainActivationCheckpointing, GradientsEqualThePlainBackward) {
-  for (bool granite : {false, true}) {
-    const Grads plain = run(Checkpointing::none(), granite);
+  for (Family family : {Family::kLlama, Family::kGranite}) {
+    const Grads plain = run(Checkpointing::none(), family);
     for (const Checkpointing& k :
-         {Checkpointing::every(1), Checkpointing::every(2), Checkpointing::every(3), Checkpointing::selective()}) {
-      const Grads ckpt = run(k, granite);
-      EXPECT_TRUE(at::equal(plain.loss, ckpt.loss)) << k.name();
-      ASSERT_EQ(plain.grads.size(), ckpt.grads.size());
-      for (const auto& [name, g] : plain.grads) {
-        const at::Tensor& h = ckpt.grads.at(name);
-        const double scale = g.abs().max().item<double>() + 1e-30;
-        const double diff = (g - h).abs().max().item<double>();
-        EXPECT_EQ(diff, 0.0) << name << " " << k.name() << (granite ? " granite" : "");
-      }
+         {Checkpointing::every(1), Checkpointing::every(2), Checkpointing::every(3), Checkpointing::selective()})
+      expect_same_bits(plain, run(k, family), k.name() + " " + family_name(family));
+  }
+}
+
+// Plain recomputation keeps only a layer's input and runs it again whole: the same
+// bits as no checkpointing and as the replayed recomputation, for every layer plain,
+// every other, and a mix (the first layers plain, the rest replayed).
+TEST(TrainActivationCheckpointing, PlainRecomputationEqualsReplayedAndNone) {
+  const Adjust all_plain = [](CheckpointSwitch& c) { c.all_plain = true; };
+  const Adjust first_plain = [](CheckpointSwitch& c) { c.plain = 1; };
+  const Adjust half_plain = [](CheckpointSwitch& c) { c.set_plan(4, 0, 2); };
+  for (Family family : {Family::kLlama, Family::kGranite, Family::kGemma2, Family::kQwen3}) {
+    const std::string f = family_name(family);
+    const Grads none = run(Checkpointing::none(), family);
+    expect_same_bits(none, run(Checkpointing::every(1), family), "every_layer replayed " + f);
+    for (const Checkpointing& k : {Checkpointing::every(1), Checkpointing::every(2), Checkpointing::every(3)}) {
+      expect_same_bits(none, run(k, family, all_plain), k.name() + " plain " + f);
+      expect_same_bits(none, run(k, family, first_plain), k.name() + " first plain " + f);
     }
+    expect_same_bits(none, run(Checkpointing::automatic(), family, half_plain), "auto half plain " + f);
   }
 }
 
@@ -139,6 +192,33 @@ TEST(TrainActivationCheckpointing, RecomputationSkipsTheReplayedProjections) {
   }
 }
 
+// Plain recomputation runs all 7 projections of a layer again; replayed 5; the plain
+// layers are the first whole ones; an MLP block recomputes replayed (its tape is empty).
+TEST(TrainActivationCheckpointing, PlainRecomputationRunsEveryProjection) {
+  at::set_num_threads(1);
+  const models::ModelConfig config = tiny_config();  // 4 layers
+  struct Case {
+    Checkpointing setting;
+    Adjust adjust;
+    int calls;
+  };
+  const std::vector<Case> cases = {
+      {Checkpointing::every(1), [](CheckpointSwitch& c) { c.all_plain = true; }, 4 * 7},
+      {Checkpointing::every(1), [](CheckpointSwitch& c) { c.plain = 1; }, 7 + 3 * 5},
+      {Checkpointing::every(2), [](CheckpointSwitch& c) { c.plain = 1; }, 7 + 5},  // layer 0 plain, 2 replayed
+      {Checkpointing::automatic(), [](CheckpointSwitch& c) { c.set_plan(3, 1, 2); }, 2 * 7 + 5 + 2},
+      {Checkpointing::selective(), [](CheckpointSwitch& c) { c.all_plain = true; }, 4 * 2},
+  };
+  for (const Case& c : cases) {
+    models::TensorMap params = models::init_parameters(config, 5);
+    for (auto& [n, t] : params) t.requires_grad_(true);
+    models::CausalLM model(config, params, attention::Backend::kReference);
+    auto control = set_activation_checkpointing(model, c.setting, models::testing::trained_parameters(model));
+    c.adjust(*control);
+    EXPECT_EQ(linear_calls_in_backward(packed_loss(model)), c.calls) << c.setting.name();
+  }
+}
+
 // auto starts as none and picks, per micro-batch and layer by layer, the cheapest plan that
 // fits: MLPs recomputed in as few layers as needed, then whole layers.
 TEST(TrainActivationCheckpointing, AutoPicksTheCheapestPlanThatFits) {
@@ -169,9 +249,79 @@ TEST(TrainActivationCheckpointing, AutoPicksTheCheapestPlanThatFits) {
     EXPECT_GE(work, last) << t;
     last = work;
   }
-  EXPECT_EQ(AutoCheckpointing(llama, int64_t{1} << 30).plan(1), (LayerPlan{32, 0}));  // nothing fits
+  // Nothing fits: the least memory there is, every layer plain.
+  EXPECT_EQ(AutoCheckpointing(llama, int64_t{1} << 30).plan(1), (LayerPlan{32, 0, 32}));
   // The flash kernels keep no scores: long documents cost what short ones do.
   EXPECT_EQ(a.plan(none_max, int64_t{1} << 40), (LayerPlan{0, 0}));
+}
+
+// Past every layer replayed, auto switches layers to plain, one by one, as tokens grow
+// (Llama-2-7B's shape: H = Q = 4096, no GQA).
+TEST(TrainActivationCheckpointing, AutoSwitchesLayersToPlainPastEveryLayerReplayed) {
+  const ActivationShape llama2{32, 4096, 4096, 4096, 11008, 2};
+  const AutoCheckpointing a(llama2, int64_t{30} << 30);
+  const int64_t replayed_max = a.replayed_max_tokens(), plain_max = a.plain_max_tokens();
+  EXPECT_GT(replayed_max, a.selective_max_tokens());
+  EXPECT_GT(plain_max, replayed_max);
+  EXPECT_EQ(a.plan(replayed_max), (LayerPlan{32, 0, 0}));
+  EXPECT_EQ(a.plan(replayed_max + 1), (LayerPlan{32, 0, 1}));  // one plain layer is enough
+  const LayerPlan between = a.plan((replayed_max + plain_max) / 2);
+  EXPECT_EQ(between.recomputed, 32);
+  EXPECT_GT(between.plain, 1);
+  EXPECT_LT(between.plain, 32);
+  EXPECT_EQ(a.plan(plain_max), (LayerPlan{32, 0, 32}));
+  EXPECT_EQ(a.plan(plain_max + 1), (LayerPlan{32, 0, 32}));  // beyond: nothing fits, the least memory
+  int64_t last = 0;  // more tokens never go plain on fewer layers
+  for (int64_t t = replayed_max - 4096; t < plain_max + 4096; t += 512) {
+    const LayerPlan p = a.plan(t);
+    EXPECT_GE(p.plain, last) << t;
+    last = p.plain;
+  }
+  EXPECT_NE(a.describe().find("above that as many layers as needed recompute plain"), std::string::npos)
+      << a.describe();
+  EXPECT_NE(a.describe().find(std::to_string(replayed_max)), std::string::npos) << a.describe();
+}
+
+// An explicit every_<k> keeps its layers; what grows with tokens is how many of them go plain,
+// under the same budget: every_layer never keeps more than plain recomputation would need.
+TEST(TrainActivationCheckpointing, EveryLayerGoesPlainWhereReplayedDoesNotFit) {
+  const ActivationShape llama2{32, 4096, 4096, 4096, 11008, 2};
+  const AutoCheckpointing a(llama2, int64_t{30} << 30);
+  const int64_t replayed_max = a.replayed_max_tokens(), plain_max = a.plain_max_tokens();
+  EXPECT_EQ(a.every_k_plan(1, 1024), (LayerPlan{32, 0, 0}));  // small batches replay every layer
+  EXPECT_EQ(a.every_k_plan(1, replayed_max), (LayerPlan{32, 0, 0}));
+  EXPECT_EQ(a.every_k_plan(1, replayed_max + 1), (LayerPlan{32, 0, 1}));
+  EXPECT_EQ(a.every_k_plan(1, (replayed_max + plain_max) / 2), a.plan((replayed_max + plain_max) / 2));
+  EXPECT_EQ(a.every_k_plan(1, plain_max), (LayerPlan{32, 0, 32}));
+  // every_2: 16 layers checkpointed, the other 16 keep everything: plain sooner, and all 16 at most.
+  EXPECT_EQ(a.every_k_plan(2, 1024), (LayerPlan{16, 0, 0}));
+  const LayerPlan half = a.every_k_plan(2, replayed_max / 2);
+  EXPECT_EQ(half.recomputed, 16);
+  EXPECT_GT(half.plain, 0);
+  EXPECT_EQ(a.every_k_plan(2, plain_max), (LayerPlan{16, 0, 16}));
+  EXPECT_EQ(a.every_k_plan(3, 1024).recomputed, 11);
+  EXPECT_NE(a.describe_every_k(1).find("every_1 (32 of 32 layers)"), std::string::npos) << a.describe_every_k(1);
+}
+
+// model.recompute: replay never goes plain (today's last resort), plain recomputes every whole
+// layer plain; both as the planner's candidates, so the thresholds follow.
+TEST(TrainActivationCheckpointing, RecomputeSettingFixesReplayedOrPlain) {
+  const ActivationShape llama2{32, 4096, 4096, 4096, 11008, 2};
+  const AutoCheckpointing replay(llama2, int64_t{30} << 30, Recompute::kReplay);
+  const AutoCheckpointing plain(llama2, int64_t{30} << 30, Recompute::kPlain);
+  const int64_t huge = 4 * replay.plain_max_tokens();
+  EXPECT_EQ(replay.plan(huge), (LayerPlan{32, 0, 0}));
+  EXPECT_EQ(replay.every_k_plan(1, huge), (LayerPlan{32, 0, 0}));
+  EXPECT_EQ(replay.plain_max_tokens(), replay.replayed_max_tokens());
+  EXPECT_EQ(plain.every_k_plan(1, 1), (LayerPlan{32, 0, 32}));
+  EXPECT_EQ(plain.plan(1), (LayerPlan{0, 0, 0}));  // nothing recomputed: nothing plain
+  const LayerPlan p = plain.plan(plain.selective_max_tokens() + 1);
+  EXPECT_GT(p.recomputed, 0);
+  EXPECT_EQ(p.plain, p.recomputed);
+  // Plain whole layers keep less than replayed ones: fewer of them are needed.
+  const AutoCheckpointing either(llama2, int64_t{30} << 30);
+  EXPECT_LE(p.recomputed, either.plan(plain.selective_max_tokens() + 1).recomputed);
+  EXPECT_GT(plain.plain_max_tokens(), replay.plain_max_tokens());
 }
 
 // A plan of the first layers recomputed whole and the next ones' MLPs: the same gradients
@@ -212,6 +362,10 @@ TEST(TrainActivationCheckpointing, AutoCountsAMaterialisedAttentionsScores) {
   const ActivationShape flash = activation_shape(gemma2, at::kBFloat16, attention::Backend::kTorchFA2);
   const ActivationShape ref = activation_shape(gemma2, at::kBFloat16, attention::Backend::kReference);
   EXPECT_EQ(flash.score_bytes, 0);
+  // Only our kernels replay the attention: elsewhere a replayed layer's tape is b 2H, not b (2H + Q).
+  EXPECT_FALSE(flash.attention_replayed);
+  EXPECT_FALSE(ref.attention_replayed);
+  EXPECT_TRUE(activation_shape(gemma2, at::kBFloat16, attention::Backend::kHopper).attention_replayed);
   EXPECT_EQ(ref.score_bytes, 16 * (4 + 2 + 2) + 1);  // fp32 softmax, its bf16 copy, the tanh; the mask
   EXPECT_EQ(ref.extra_per_token, 2 * 2 * 3584);       // the norms after attention and MLP
   const AutoCheckpointing a(ref, int64_t{19} << 29);  // 9.5 GiB free, as a 9B leaves on an 80 GB card

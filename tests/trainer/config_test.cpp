@@ -159,6 +159,7 @@ TEST(TrainConfig, BadValuesNameTheKeyAndTheProblem) {
       {"data:\n  train: [{path: a.jsonl, wieght: 2}]\n", "did you mean 'weight'"},
       {"data:\n  train: [{path: a.jsonl, format: csv}]\n", "data.train[0].format: 'csv' is not one of"},
       {"model:\n  activation_checkpointing: sometimes\n", "model.activation_checkpointing: expected auto, none"},
+      {"model:\n  recompute: lazy\n", "model.recompute: 'lazy' is not one of auto | replay | plain"},
       {"model: big\n", "model: is a section"},
       {"device: tpu\n", "device: 'tpu' is not one of"},
       {"schedule:\n  decay: exponential\n", "schedule.decay: 'exponential' is not one of"},
@@ -224,6 +225,11 @@ TEST(TrainConfig, OverridesAreValidatedLikeTheFile) {
   EXPECT_DOUBLE_EQ(c.optimizer.beta1, 0.8);
   EXPECT_EQ(c.data.train.at(0).path, "/x.jsonl");
   EXPECT_EQ(c.model.activation_checkpointing, Checkpointing::every(1));
+  EXPECT_EQ(c.model.recompute, Recompute::kAuto);  // the default
+  apply_override(c, "model.recompute=plain");
+  EXPECT_EQ(c.model.recompute, Recompute::kPlain);
+  apply_override(c, "model.recompute=replay");
+  EXPECT_EQ(c.model.recompute, Recompute::kReplay);
 
   std::string e = error_of([&] { apply_override(c, "optimizer.lrr=1"); });
   EXPECT_NE(e.find("--set optimizer.lrr=1"), std::string::npos) << e;

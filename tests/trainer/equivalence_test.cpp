@@ -122,12 +122,18 @@ TEST(TrainEquivalence, ActivationCheckpointingTrainsIdentically) {
   TempDir dir;
   const std::string extra = "batching:\n  examples_per_micro_batch: 4\n  grad_accumulation: 2\ntraining:\n  max_steps: 6\n";
   const auto plain = train(dir, "plain", "chat.jsonl", extra);
-  const auto ckpt = train(dir, "ckpt", "chat.jsonl", extra, {"model.activation_checkpointing=every_layer"});
+  const auto replayed = train(dir, "ckpt", "chat.jsonl", extra, {"model.activation_checkpointing=every_layer"});
+  // model.recompute: plain, each layer recomputed whole from its input alone.
+  const auto recomputed_plain = train(dir, "ckpt_plain", "chat.jsonl", extra,
+                                      {"model.activation_checkpointing=every_layer", "model.recompute=plain"});
   ASSERT_EQ(plain.size(), 6u);
-  ASSERT_EQ(ckpt.size(), 6u);
-  for (size_t i = 0; i < plain.size(); ++i) {
-    EXPECT_LE(rel(ckpt[i]["loss"].get<double>(), plain[i]["loss"].get<double>()), 1e-6) << "step " << i + 1;
-    EXPECT_LE(rel(ckpt[i]["grad_norm"].get<double>(), plain[i]["grad_norm"].get<double>()), 1e-6) << "step " << i + 1;
+  for (const auto* ckpt : {&replayed, &recomputed_plain}) {
+    ASSERT_EQ(ckpt->size(), 6u);
+    for (size_t i = 0; i < plain.size(); ++i) {
+      const auto& r = (*ckpt)[i];
+      EXPECT_LE(rel(r["loss"].get<double>(), plain[i]["loss"].get<double>()), 1e-6) << "step " << i + 1;
+      EXPECT_LE(rel(r["grad_norm"].get<double>(), plain[i]["grad_norm"].get<double>()), 1e-6) << "step " << i + 1;
+    }
   }
 }
 

@@ -191,6 +191,9 @@ TEST(LoraTraining, CheckpointingAndResumeChangeNothing) {
   const fs::path dropped = run_to("dropped", {"adapter.dropout=0.2"});
   const fs::path dropped_recomputed =
       run_to("dropped_recomputed", {"adapter.dropout=0.2", "model.activation_checkpointing=every_layer"});
+  // ... and so does a plain recomputation (model.recompute: plain: the whole layer run again).
+  const fs::path dropped_plain = run_to(
+      "dropped_plain", {"adapter.dropout=0.2", "model.activation_checkpointing=every_layer", "model.recompute=plain"});
   run_to("dropped_resumed", {"adapter.dropout=0.2", "training.stop_at_step=5"});
   const fs::path dropped_resumed = run_to("dropped_resumed", {"adapter.dropout=0.2"});
   EXPECT_NE(train_records(dropped).back()["loss"], train_records(plain).back()["loss"]) << "dropout did nothing";
@@ -199,8 +202,8 @@ TEST(LoraTraining, CheckpointingAndResumeChangeNothing) {
   const fs::path quantized_recomputed =
       run_to("quantized_recomputed", {"adapter.type=qlora", "model.activation_checkpointing=every_layer"});
   const std::vector<std::pair<fs::path, fs::path>> pairs = {
-      {plain, recomputed}, {plain, resumed}, {dropped, dropped_recomputed}, {dropped, dropped_resumed},
-      {quantized, quantized_recomputed}};
+      {plain, recomputed}, {plain, resumed}, {dropped, dropped_recomputed}, {dropped, dropped_plain},
+      {dropped, dropped_resumed}, {quantized, quantized_recomputed}};
   for (const auto& [plain, other] : pairs) {
     const auto a = train_records(plain), b = train_records(other);
     ASSERT_EQ(a.size(), 8u);

@@ -8,6 +8,8 @@
 #include "tests/trainer/trainer_test_util.h"
 #include "trainer/model_setup.h"
 
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 
 #include <cmath>
 
@@ -156,6 +158,101 @@ TEST(TrainGpu, CheckpointReplayOfOurAttentionIsBitIdentical) {
           << name << " " << k.name() << ": max difference " << (g - ckpt.at(name)).abs().max().item<double>();
   }
   at::globalContext().setDeterministicAlgorithms(false, false);
+}
+
+// Plain recomputation (only each layer's input kept, the whole layer run again) on our
+// kernels: the same bits as no checkpointing and as the replayed recomputation, with less
+// memory at the peak (the replayed tape keeps T (2H + Q) per layer, the plain one T H).
+struct RecomputedRun {
+  std::map<std::string, at::Tensor> grads;
+  int64_t kept_bytes = 0;  // for the backward, after the forward
+  int64_t peak_bytes = 0;  // both above what was allocated before the forward
+};
+
+RecomputedRun recomputed_run(const Checkpointing& setting, bool all_plain) {
+  const models::ModelConfig config = models::load_model_config(fixture("llama64") / "config.json");
+  models::TensorMap params =
+      models::load_pretrained_weights(fixture("llama64"), config, at::kBFloat16, at::Device(at::kCUDA, 0));
+  for (auto& [n, t] : params) t.requires_grad_(true);
+  models::CausalLM model(config, params, attention::Backend::kHopper);
+  auto control = set_activation_checkpointing(model, setting, models::testing::trained_parameters(model));
+  control->all_plain = all_plain;
+  const auto opts = at::TensorOptions().device(at::kCUDA);
+  at::manual_seed(0);
+  std::vector<int32_t> cu = {0};  // 16 documents of 512: 8192 tokens, so the tapes dominate the peak
+  for (int i = 0; i < 16; ++i) cu.push_back(cu.back() + 512);
+  models::PackedInput in;
+  in.input_ids = at::randint(3, config.vocab_size, {cu.back()}, opts.dtype(at::kLong));
+  in.position_ids = at::arange(512, opts.dtype(at::kLong)).repeat({16});
+  in.cu_seqlens = at::tensor(cu, at::kInt).to(at::kCUDA);
+  in.max_seqlen = 512;
+  c10::cuda::device_synchronize();
+  const auto stats = [] {
+    return c10::cuda::CUDACachingAllocator::getDeviceStats(0)
+        .allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+  };
+  const int64_t before = stats().current;
+  c10::cuda::CUDACachingAllocator::resetPeakStats(0);
+  const at::Tensor loss = model.loss(in, in.input_ids).loss_sum;
+  c10::cuda::device_synchronize();
+  RecomputedRun r;
+  r.kept_bytes = stats().current - before;
+  loss.backward();
+  c10::cuda::device_synchronize();
+  r.peak_bytes = stats().peak - before;
+  for (const auto& [n, t] : model.parameters()) r.grads[n] = t.grad().to(at::kFloat);
+  return r;
+}
+
+TEST(TrainGpu, PlainRecomputationIsBitIdenticalWithLessMemory) {
+  if (!attention::hopper_kernels_support(64, at::kBFloat16)) GTEST_SKIP() << "needs sm_90";
+  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
+  const RecomputedRun none = recomputed_run(Checkpointing::none(), false);
+  const RecomputedRun replayed = recomputed_run(Checkpointing::every(1), false);
+  const RecomputedRun plain = recomputed_run(Checkpointing::every(1), true);
+  const RecomputedRun plain_every_2 = recomputed_run(Checkpointing::every(2), true);
+  for (const auto* run : {&replayed, &plain, &plain_every_2})
+    for (const auto& [name, g] : none.grads)
+      EXPECT_TRUE(at::equal(g, run->grads.at(name)))
+          << name << ": max difference " << (g - run->grads.at(name)).abs().max().item<double>();
+  for (const auto& [name, run] : {std::pair{"none", &none}, {"every_layer replayed", &replayed},
+                                  {"every_layer plain", &plain}, {"every_2 plain", &plain_every_2}})
+    std::printf("8192 tokens, %s: %.1f MiB kept after the forward, peak %.1f MiB\n", name,
+                static_cast<double>(run->kept_bytes) / (1 << 20), static_cast<double>(run->peak_bytes) / (1 << 20));
+  // After the forward the replayed layers keep, each, the residual after the attention and
+  // the attention's output beyond the plain ones' input: T (H + Q) bf16 values a layer.
+  EXPECT_LE(plain.kept_bytes + 2 * 8192 * (128 + 128) * 2, replayed.kept_bytes);
+  // At the peak (the last layer's recomputation) layer 0's tape is still there; the plain
+  // recomputation's o and down products are transient, half of it.
+  EXPECT_LT(plain.peak_bytes, replayed.peak_bytes);
+  at::globalContext().setDeterministicAlgorithms(false, false);
+}
+
+// The same through the program: 20 steps with every_layer plain, replayed and without
+// checkpointing give the same loss and gradient norm at every step (deterministic kernels).
+TEST(TrainGpu, TrainingWithPlainRecomputationMatchesReplayedAndNone) {
+  if (!attention::hopper_kernels_support(64, at::kBFloat16)) GTEST_SKIP() << "needs sm_90";
+  TempDir dir;
+  const std::vector<std::pair<std::string, std::vector<std::string>>> runs = {
+      {"none", {"model.activation_checkpointing=none"}},
+      {"replayed", {"model.activation_checkpointing=every_layer", "model.recompute=replay"}},
+      {"plain", {"model.activation_checkpointing=every_layer", "model.recompute=plain"}}};
+  std::map<std::string, std::vector<nlohmann::json>> records;
+  for (const auto& [name, sets] : runs) {
+    const std::string cfg = dir.write(name + ".yaml", gpu_config(dir / name, "hopper", "bfloat16"));
+    std::vector<std::string> args = {"train", cfg, "--set", "training.deterministic=true"};
+    for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+    const CommandResult r = run_fptrain(args);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    records[name] = train_records(dir / name);
+  }
+  for (const char* name : {"replayed", "plain"}) {
+    ASSERT_EQ(records[name].size(), records["none"].size()) << name;
+    for (size_t i = 0; i < records["none"].size(); ++i) {
+      EXPECT_EQ(records[name][i]["loss"], records["none"][i]["loss"]) << name << " step " << i + 1;
+      EXPECT_EQ(records[name][i]["grad_norm"], records["none"][i]["grad_norm"]) << name << " step " << i + 1;
+    }
+  }
 }
 
 }  // namespace
