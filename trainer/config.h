@@ -146,6 +146,9 @@ struct DistributedSection {
   int64_t bucket_mb = 512;  // gradient buckets (model dtype) reduced while the backward runs
   // How reduce-scatters and all-gathers of the flat buffers move between GPUs.
   Transfers transfers = Transfers::kAuto;
+  // With a sharded optimizer and lazy gradients: each bucket, once reduce-scattered in the
+  // last micro-batch, is freed but for this rank's slice (optim/grad_reducer.h).
+  bool release_unowned_gradients = true;
 };
 
 // Parameter-efficient fine-tuning: the base stays frozen, low-rank adapters train
