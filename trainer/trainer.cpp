@@ -498,7 +498,10 @@ void Run::log_set_up() {
   const bool lazy = optimizer_->flat().gradients().storage() == optim::GradStorage::kLazy;
   std::string plan = "memory of this rank after set-up: " + common::gib_text(m["weights_bytes"]) + " weights, " +
                      common::gib_text(m["gradients_bytes"]) +
-                     (lazy ? " gradients (not yet: held from the first backward to the step), " : " gradients, ") +
+                     (!lazy                          ? " gradients, "
+                      : reducer_ && reducer_->releases() ? " gradients (not yet: whole buckets in the backward, this rank's "
+                                                           "slices from its reductions to the step), "
+                                                         : " gradients (not yet: held from the first backward to the step), ") +
                      common::gib_text(m["optimizer_state_bytes"]) + " optimizer state (" +
                      common::gib_text(m["master_weights_bytes"]) + " master weights" +
                      (optimizer_->split_masters() ? " as 16-bit remainders, " : ", ") +
