@@ -132,22 +132,17 @@ at::Tensor AdamW::accumulated_slice(int64_t flat, int64_t numel) const {
   return accum_active_ ? accum_.narrow(0, flat, numel) : at::Tensor();
 }
 
-// Range r of the gradients: undefined where no backward reached its bucket (zeros),
-// unless `need`: then the bucket is made to exist (zeros).
+// Range r of the gradients (from its bucket, or the shard it was reduced into):
+// undefined where no backward reached its bucket (zeros), unless `need`: then the
+// bucket is made to exist (zeros).
 at::Tensor AdamW::grads_of(const Range& r, bool need) {
-  FlatGradients& g = flat_->gradients();
-  const at::Tensor& bucket = need ? g.acquire(r.bucket) : g.bucket(r.bucket);
-  if (!bucket.defined()) return bucket;
-  return bucket.narrow(0, r.flat - flat_->layout().buckets()[r.bucket].offset, r.numel);
+  return flat_->gradients().slice(r.bucket, r.flat, r.numel, need);
 }
 
-// accum (fp32) += every bucket that holds gradients; those buckets = 0.
+// accum (fp32) += every bucket or shard that holds gradients; those = 0.
 void AdamW::accumulate_buckets() {
-  const auto& buckets = flat_->layout().buckets();
-  for (size_t b = 0; b < buckets.size(); ++b) {
-    const at::Tensor& bucket = flat_->gradients().bucket(b);
-    if (bucket.defined()) flat::accumulate(accum_.narrow(0, buckets[b].offset, buckets[b].size), bucket);
-  }
+  for (const flat::GradPiece& p : flat_->gradients().pieces())
+    if (p.grads.defined()) flat::accumulate(accum_.narrow(0, p.offset, p.numel), p.grads);
 }
 
 at::Tensor AdamW::grad_norm(double max_norm) {
@@ -190,8 +185,8 @@ at::Tensor AdamW::clip_grad_norm(double max_norm) {
     accum_.mul_(coef_);
   } else {
     const at::Tensor c = coef_.to(flat_->dtype());
-    for (size_t b = 0; b < flat_->layout().buckets().size(); ++b)
-      if (flat_->gradients().bucket(b).defined()) flat_->gradients().bucket(b).mul_(c);
+    for (const flat::GradPiece& p : flat_->gradients().pieces())
+      if (p.grads.defined()) p.grads.mul_(c);
   }
   coef_pending_ = false;
   return norm;

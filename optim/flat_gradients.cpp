@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 namespace fptrain::optim {
 
@@ -14,6 +15,7 @@ FlatGradients::FlatGradients(const FlatLayout& layout, std::vector<at::Tensor> p
       options_(options.requires_grad(false)),
       storage_(GradStorage::kLazy) {
   buckets_.resize(layout_.buckets().size());
+  shards_.resize(buckets_.size());
   views_.resize(params_.size());
   zero_ranges_ = {{0, layout_.total()}};
   bucket_keeps_.assign(buckets_.size(), false);
@@ -63,6 +65,9 @@ const at::Tensor& FlatGradients::buffer() const {
 const at::Tensor& FlatGradients::acquire(size_t b, Fill fill) {
   at::Tensor& s = buckets_.at(b);
   if (s.defined()) return s;
+  if (shards_[b].grads.defined())
+    throw std::logic_error("FlatGradients: bucket " + std::to_string(b) +
+                           " was reduced into this rank's shard and freed; no gradient can enter it before the step");
   c10::NoGradGuard no_grad;
   const FlatBucket& fb = layout_.buckets()[b];
   if (fill == Fill::kZeros || !bucket_keeps_[b]) {
@@ -75,6 +80,38 @@ const at::Tensor& FlatGradients::acquire(size_t b, Fill fill) {
   for (size_t i = fb.first_segment; i < fb.end_segment; ++i)
     if (!params_[i].grad().defined()) install(i, fill);
   return s;
+}
+
+at::Tensor FlatGradients::slice(size_t b, int64_t flat, int64_t numel, bool need) {
+  const flat::GradPiece& shard = shards_.at(b);
+  if (shard.grads.defined() && flat >= shard.offset && flat + numel <= shard.offset + shard.numel)
+    return shard.grads.narrow(0, flat - shard.offset, numel);
+  const at::Tensor& bucket = need ? acquire(b) : buckets_.at(b);
+  if (!bucket.defined()) return bucket;
+  return bucket.narrow(0, flat - layout_.buckets()[b].offset, numel);
+}
+
+const at::Tensor& FlatGradients::make_shard(size_t b, int64_t rank, int64_t shards) {
+  if (storage_ != GradStorage::kLazy) throw std::logic_error("FlatGradients: shards need lazy storage");
+  const FlatBucket& fb = layout_.buckets().at(b);
+  const int64_t n = fb.size / shards;
+  shards_[b] = {at::empty({n}, options_), fb.offset + rank * n, n};
+  return shards_[b].grads;
+}
+
+void FlatGradients::drop_bucket(size_t b) {
+  if (storage_ != GradStorage::kLazy) throw std::logic_error("FlatGradients: only lazy buckets can be dropped");
+  const FlatBucket& fb = layout_.buckets().at(b);
+  drop_views(fb.first_segment, fb.end_segment);
+  buckets_[b] = at::Tensor();
+}
+
+// Parameters [first, end) lose their .grad views (a .grad set by hand stays).
+void FlatGradients::drop_views(size_t first, size_t end) {
+  for (size_t i = first; i < end; ++i) {
+    if (holds_view(i)) params_[i].mutable_grad() = at::Tensor();
+    views_[i] = at::Tensor();
+  }
 }
 
 void FlatGradients::zero_except_kept(const at::Tensor& storage, int64_t offset) {
@@ -133,11 +170,9 @@ void FlatGradients::release() {
     for (const auto& [begin, end] : zero_ranges_) buffer_.narrow(0, begin, end - begin).zero_();
     return;
   }
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (holds_view(i)) params_[i].mutable_grad() = at::Tensor();
-    views_[i] = at::Tensor();
-  }
+  drop_views(0, params_.size());
   for (at::Tensor& b : buckets_) b = at::Tensor();
+  for (flat::GradPiece& s : shards_) s = {};
 }
 
 void FlatGradients::keep_on_zero(const std::vector<bool>& keep) {
@@ -162,7 +197,15 @@ std::vector<flat::GradPiece> FlatGradients::pieces() const {
   std::vector<flat::GradPiece> out;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const FlatBucket& fb = layout_.buckets()[b];
-    out.push_back({buckets_[b], fb.offset, fb.size});
+    const flat::GradPiece& s = shards_[b];
+    if (buckets_[b].defined() || !s.grads.defined()) {
+      out.push_back({buckets_[b], fb.offset, fb.size});
+      continue;
+    }
+    const int64_t end = fb.offset + fb.size, shard_end = s.offset + s.numel;
+    if (s.offset > fb.offset) out.push_back({at::Tensor(), fb.offset, s.offset - fb.offset});
+    out.push_back(s);
+    if (end > shard_end) out.push_back({at::Tensor(), shard_end, end - shard_end});
   }
   return out;
 }
@@ -181,6 +224,7 @@ int64_t FlatGradients::allocated_bytes() const {
   if (buffer_.defined()) return buffer_.nbytes();
   int64_t n = 0;
   for (const at::Tensor& b : buckets_) n += b.defined() ? b.nbytes() : 0;
+  for (const flat::GradPiece& s : shards_) n += s.grads.defined() ? s.grads.nbytes() : 0;
   return n;
 }
 

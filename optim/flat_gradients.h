@@ -19,6 +19,12 @@
 //
 // A .grad that someone set to undefined after a view was installed means "no
 // gradient": its segment is zeroed before the view goes back.
+//
+// Shards (ZeRO-2, optim/grad_reducer.h): when the optimizer state is sharded, the
+// last micro-batch's reduce-scatter of a lazy bucket may write this rank's slice
+// into a small tensor of its own (make_shard) and the whole bucket go at once
+// (drop_bucket): from then until release() the bucket reads as that slice, the
+// rest of it as absent (pieces(), slice()). No gradient may arrive in it meanwhile.
 #pragma once
 
 #include "optim/flat_adamw.h"
@@ -50,10 +56,22 @@ class FlatGradients {
   // How a missing bucket is filled: for the backward (kept segments left for it
   // to overwrite) or with zeros throughout (nothing will write it).
   enum class Fill { kForBackward, kZeros };
-  // Bucket b's storage [its size], undefined while lazy and not reached.
+  // Bucket b's storage [its size], undefined while lazy and not reached (or dropped).
   const at::Tensor& bucket(size_t b) const { return buckets_.at(b); }
-  // The same, made to exist.
+  // The same, made to exist (not after drop_bucket: its shard holds what is left).
   const at::Tensor& acquire(size_t b, Fill fill = Fill::kZeros);
+  // Flat elements [flat, flat + numel) of bucket b, from the bucket or its shard;
+  // undefined where neither holds them (zeros), unless `need`: then acquired.
+  at::Tensor slice(size_t b, int64_t flat, int64_t numel, bool need);
+
+  // A new shard for slice `rank` of `shards` of bucket b (lazy storage; left for a
+  // reduce-scatter to write), held until release().
+  const at::Tensor& make_shard(size_t b, int64_t rank, int64_t shards);
+  // Bucket b's shard, undefined when none.
+  const at::Tensor& shard(size_t b) const { return shards_.at(b).grads; }
+  // Frees bucket b now (lazy storage): its .grad views become undefined, which also
+  // lets go of the storage they shared; its shard stays.
+  void drop_bucket(size_t b);
   // Parameter i's view (its shape), undefined without storage; acquire_view makes it exist.
   at::Tensor view(size_t i) const;
   at::Tensor acquire_view(size_t i, Fill fill = Fill::kForBackward);
@@ -68,18 +86,19 @@ class FlatGradients {
   // now means nothing by it: the segment keeps its values).
   void forget_view(size_t i) { views_.at(i) = at::Tensor(); }
 
-  // After a step: lazy frees every bucket (.grad views undefined); resident zeroes
-  // the buffer except the kept segments.
+  // After a step: lazy frees every bucket and shard (.grad views undefined); resident
+  // zeroes the buffer except the kept segments.
   void release();
   // Segments the backward overwrites (true per parameter): not zeroed.
   void keep_on_zero(const std::vector<bool>& keep);
 
-  // The buckets as pieces of one buffer, in order (undefined: zeros).
+  // The buckets as pieces of one buffer, in order (undefined: zeros); a dropped
+  // bucket as its shard between two absent pieces.
   std::vector<flat::GradPiece> pieces() const;
   // A copy of the whole gradient [layout total] (zeros where no storage), for tests and benchmarks.
   at::Tensor gathered() const;
   int64_t bytes() const;            // all buckets, as held from the backward to the step
-  int64_t allocated_bytes() const;  // what is allocated now
+  int64_t allocated_bytes() const;  // what is allocated now (buckets and shards)
 
   // Called by the hook before parameter i's AccumulateGrad (public for the hook).
   void before_accumulate(size_t i);
@@ -87,6 +106,7 @@ class FlatGradients {
  private:
   void zero_except_kept(const at::Tensor& storage, int64_t offset);
   void allocate_resident();
+  void drop_views(size_t first, size_t end);
 
   const FlatLayout& layout_;
   std::vector<at::Tensor> params_;
@@ -94,6 +114,7 @@ class FlatGradients {
   GradStorage storage_;
   at::Tensor buffer_;                  // resident only
   std::vector<at::Tensor> buckets_;    // per bucket; undefined: none
+  std::vector<flat::GradPiece> shards_;  // per bucket: its shard and where it lies in the whole; grads undefined: none
   std::vector<at::Tensor> views_;      // the view installed as each .grad, undefined when none
   std::vector<unsigned> hooks_;        // each parameter's hook position
   std::vector<std::pair<int64_t, int64_t>> zero_ranges_;  // [begin, end) of the whole that zeroing clears

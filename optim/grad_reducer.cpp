@@ -17,8 +17,9 @@ struct ReadyHook : torch::autograd::PostAccumulateGradHook {
 
 }  // namespace
 
-GradReducer::GradReducer(FlatParameters& flat, distributed::Communicator& comm, bool scatter)
-    : flat_(flat), comm_(comm), scatter_(scatter) {
+GradReducer::GradReducer(FlatParameters& flat, distributed::Communicator& comm, bool scatter,
+                         bool release_unowned)
+    : flat_(flat), comm_(comm), scatter_(scatter), release_unowned_(release_unowned) {
   const FlatLayout& l = flat.layout();
   params_in_bucket_.assign(l.buckets().size(), 0);
   for (size_t i = 0; i < l.segments().size(); ++i) {
@@ -55,9 +56,33 @@ distributed::Pending reduce_bucket(distributed::Communicator& comm, const at::Te
   return comm.reduce_scatter_sum(bucket, bucket.narrow(0, comm.rank() * n, n));
 }
 
+bool GradReducer::releases() const {
+  return release_unowned_ && scatter_ && comm_.world_size() > 1 &&
+         flat_.gradients().storage() == GradStorage::kLazy;
+}
+
 void GradReducer::launch(size_t bucket) {
-  pending_.push_back(reduce_bucket(comm_, flat_.gradients().acquire(bucket), scatter_));
+  pending_.push_back(releases() ? scatter_and_release(bucket)
+                                : reduce_bucket(comm_, flat_.gradients().acquire(bucket), scatter_));
   launched_[bucket] = true;
+}
+
+// The reduce-scatter of `bucket` into a new shard, then the bucket given up: the
+// parameters' .grad views go now (nothing adds to them in this backward any more).
+distributed::Pending GradReducer::scatter_and_release(size_t bucket) {
+  FlatGradients& grads = flat_.gradients();
+  at::Tensor whole = grads.acquire(bucket);
+  distributed::Pending work =
+      comm_.reduce_scatter_sum(whole, grads.make_shard(bucket, comm_.rank(), comm_.world_size()));
+  grads.drop_bucket(bucket);
+  // Stream safety: on CUDA the collective reads `whole` on NCCL's stream, after the
+  // host returned. Our last reference is kept until finish() made the current stream
+  // wait for the collective; freed after that, the caching allocator can hand the
+  // block only to work queued later on that stream, which runs after NCCL's reads
+  // (ProcessGroupNCCL's own recordStream or stash protects it too; this does not
+  // depend on which it uses).
+  released_in_flight_.push_back(std::move(whole));
+  return work;
 }
 
 void GradReducer::finish() {
@@ -65,6 +90,7 @@ void GradReducer::finish() {
   while (next_ >= 0) launch(static_cast<size_t>(next_--));
   for (auto& p : pending_) p.wait();
   pending_.clear();
+  released_in_flight_.clear();  // the current stream waited for every reduction: see scatter_and_release
   armed_ = false;
 }
 

@@ -12,6 +12,12 @@
 // the hooks did not). On GPUs the reductions run on NCCL's stream and the
 // compute stream waits for them only in finish(); the host never does.
 //
+// Releasing the buckets a rank does not own (ZeRO-2, `release_unowned`: sharded
+// and lazy gradients only): the reduce-scatter writes this rank's slice into a
+// shard of its own (FlatGradients::make_shard) and the whole bucket is given up
+// (drop_bucket), so that from the end of the backward to the step a rank holds
+// 1/N of the gradients. The same sums in the same order: the same bits.
+//
 // Gradients are reduced in the gradient buffer's dtype (the model's): for a
 // bf16 model that is one more bf16 rounding of the same kind as accumulating a
 // micro-batch in place (see trainer/README.md for the measurement).
@@ -33,7 +39,8 @@ distributed::Pending reduce_bucket(distributed::Communicator& comm, const at::Te
 
 class GradReducer {
  public:
-  GradReducer(FlatParameters& flat, distributed::Communicator& comm, bool scatter);
+  // `release_unowned` applies with `scatter` and lazy gradient storage only (see above).
+  GradReducer(FlatParameters& flat, distributed::Communicator& comm, bool scatter, bool release_unowned = false);
   ~GradReducer();
   GradReducer(const GradReducer&) = delete;
   GradReducer& operator=(const GradReducer&) = delete;
@@ -44,15 +51,19 @@ class GradReducer {
   // After it (or instead of it, for a rank with no work left): reduces every
   // bucket not yet reduced, in order, and makes the current stream wait for all.
   void finish();
+  // Whether the buckets a rank does not own go after their reduce-scatter.
+  bool releases() const;
   // Called by the hook of parameter `index` (public for the hook object).
   void gradient_ready(size_t index);
 
  private:
   void launch(size_t bucket);
+  distributed::Pending scatter_and_release(size_t bucket);
 
   FlatParameters& flat_;
   distributed::Communicator& comm_;
   bool scatter_;
+  bool release_unowned_;
   std::vector<size_t> bucket_of_param_;
   std::vector<int64_t> params_in_bucket_;
   std::vector<int64_t> waiting_;  // parameters of each bucket still to come in this backward
@@ -60,6 +71,7 @@ class GradReducer {
   int64_t next_ = -1;  // the next bucket to launch (they go from last to first)
   bool armed_ = false;
   std::vector<distributed::Pending> pending_;
+  std::vector<at::Tensor> released_in_flight_;  // dropped buckets their collectives still read
 };
 
 }  // namespace fptrain::optim

@@ -538,6 +538,11 @@ const std::vector<KeyDef>& key_defs() {
                         "when every rank is on one node and the GPUs map each other's memory (no SMs taken from the "
                         "compute), else NCCL; copy_engine = copy engines or an error; nccl = NCCL's kernels",
                         MEMBER(distributed.transfers));
+    t.boolean("distributed.release_unowned_gradients",
+              "with a sharded optimizer and lazy gradient storage: after the last micro-batch's reduce-scatter "
+              "of a bucket a rank keeps its own slice only, so from the backward to the step it holds 1/N of "
+              "the gradients (the same bits); false = every bucket whole until the step",
+              MEMBER(distributed.release_unowned_gradients));
     // top level
     t.string("output_dir", "run directory: config.yaml, train.log, metrics.jsonl, summary.json, checkpoints/",
              MEMBER(output_dir));

@@ -166,6 +166,9 @@ struct DistributedSection {
     if (bucket_mb != kAutoBucketMb) return bucket_mb;
     return world > 1 ? kRanksBucketMb : kOneProcessBucketMb;
   }
+  // With a sharded optimizer and lazy gradients: each bucket, once reduce-scattered in the
+  // last micro-batch, is freed but for this rank's slice (optim/grad_reducer.h).
+  bool release_unowned_gradients = true;
 };
 
 // Parameter-efficient fine-tuning: the base stays frozen, low-rank adapters train

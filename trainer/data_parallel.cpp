@@ -61,7 +61,7 @@ optim::DataParallelSpec data_parallel_spec(distributed::Group* group, const Trai
 }
 
 std::unique_ptr<optim::GradReducer> attach_to_group(distributed::Group& group, optim::AdamW& optimizer,
-                                                    optim::GradStorage storage) {
+                                                    optim::GradStorage storage, bool release_unowned) {
   // The flat buffers are laid out alike on every rank: their reduce-scatters and
   // all-gathers may take the copy engines (the all-reduces of the unsharded mode
   // stay on NCCL). The copy engines register one fixed buffer, so the gradients
@@ -78,7 +78,7 @@ std::unique_ptr<optim::GradReducer> attach_to_group(distributed::Group& group, o
     group.comm().share_buffer(optimizer.flat().weights());
   }
   log::info("tensor collectives: " + group.comm().transfers());
-  return std::make_unique<optim::GradReducer>(optimizer.flat(), group.comm(), optimizer.sharded());
+  return std::make_unique<optim::GradReducer>(optimizer.flat(), group.comm(), optimizer.sharded(), release_unowned);
 }
 
 fs::path save_together(distributed::Group& group, const fs::path& output_dir, TrainingState& state, bool sharded,

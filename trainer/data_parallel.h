@@ -39,9 +39,10 @@ optim::DataParallelSpec data_parallel_spec(distributed::Group* group, const Trai
                                            at::ScalarType dtype);
 
 // After the optimizer exists: its flat buffers shared with the group's
-// transfers (sharded mode), and the reducer of its gradients.
+// transfers (sharded mode), and the reducer of its gradients (releasing the
+// buckets this rank does not own where `release_unowned` applies: GradReducer).
 std::unique_ptr<optim::GradReducer> attach_to_group(distributed::Group& group, optim::AdamW& optimizer,
-                                                    optim::GradStorage storage);
+                                                    optim::GradStorage storage, bool release_unowned);
 
 // A checkpoint of the whole group: rank 0 prepares a hidden folder, every rank
 // writes its optimizer shard into it (`sharded`), and only when all succeeded

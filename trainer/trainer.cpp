@@ -15,6 +15,7 @@
 #include "trainer/device_batch.h"
 #include "trainer/device_info.h"
 #include "trainer/evaluate.h"
+#include "common/enum_names.h"
 #include "optim/grad_reducer.h"
 #include "trainer/log/log.h"
 #include "trainer/lr_schedule.h"
@@ -147,6 +148,7 @@ class Run {
   void wait_for_weights_stage_by_stage();
   nlohmann::json memory_per_rank() const;
   std::string offloaded_memory_text(const nlohmann::json& m) const;
+  std::string gradient_release_text(const nlohmann::json& m) const;
   bool leader() const { return !group_ || group_->rank() == 0; }
   int rank() const { return group_ ? group_->rank() : 0; }
   int world() const { return group_ ? group_->world_size() : 1; }
@@ -497,7 +499,10 @@ void Run::log_set_up() {
   const bool lazy = optimizer_->flat().gradients().storage() == optim::GradStorage::kLazy;
   std::string plan = "memory of this rank after set-up: " + common::gib_text(m["weights_bytes"]) + " weights, " +
                      common::gib_text(m["gradients_bytes"]) +
-                     (lazy ? " gradients (not yet: held from the first backward to the step), " : " gradients, ") +
+                     (!lazy                          ? " gradients, "
+                      : reducer_ && reducer_->releases() ? " gradients (not yet: whole buckets in the backward, this rank's "
+                                                           "slices from its reductions to the step), "
+                                                         : " gradients (not yet: held from the first backward to the step), ") +
                      common::gib_text(m["optimizer_state_bytes"]) + " optimizer state (" +
                      common::gib_text(m["master_weights_bytes"]) + " master weights" +
                      (optimizer_->split_masters() ? " as 16-bit remainders, " : ", ") +
@@ -511,6 +516,7 @@ void Run::log_set_up() {
             common::gib_text(memory_total(device_.device)) + " left for activations and workspace";
   }
   log::info(plan);
+  log::info(gradient_release_text(m));
   const optim::FlatGradients& g = optimizer_->flat().gradients();
   log::info(lazy ? "gradient storage: lazy (" + std::to_string(optimizer_->flat().layout().buckets().size()) +
                        " bucket(s) of up to " + std::to_string(config_.distributed.bucket_mb_for(world())) +
@@ -532,6 +538,15 @@ std::string Run::offloaded_memory_text(const nlohmann::json& m) const {
          common::gib_text(moments) + (optimizer_->moments_8bit() ? " 8-bit moments, " : " moments, ") +
          common::gib_text(host - masters - moments) + " weight copy and staging) and updates it in " +
          std::to_string(optimizer_->flat().layout().buckets().size()) + " bucket(s) on the host";
+}
+
+// What a rank holds of the gradients from its reductions to the step, and why (the
+// setting and the storage), for the log and benchmarks/distributed/memory_model.py.
+std::string Run::gradient_release_text(const nlohmann::json& m) const {
+  return "gradients after the reductions: each rank holds " + common::gib_text(m["gradients_bytes"]) + " of the " +
+         common::gib_text(m["gradients_whole_bytes"]) + " gradients (distributed.release_unowned_gradients: " +
+         (config_.distributed.release_unowned_gradients ? "true" : "false") + ", gradient storage " +
+         common::enum_name(optimizer_->flat().gradients().storage()) + ")";
 }
 
 // What trains with adapters, as PEFT's print_trainable_parameters counts it.
@@ -620,7 +635,8 @@ void Run::make_optimizer() {
     optimizer_->keep_on_zero(grad_sinks_->params());
   }
   if (group_) {
-    reducer_ = attach_to_group(*group_, *optimizer_, config_.optimizer.gradient_storage);
+    reducer_ = attach_to_group(*group_, *optimizer_, config_.optimizer.gradient_storage,
+                               config_.distributed.release_unowned_gradients);
     comm_clock_ = std::make_unique<CommClock>(device_.device);
   }
   // Sharded all-gathers and an offloaded update both hand back the weights bucket by bucket.
@@ -718,14 +734,16 @@ nlohmann::json Run::memory_per_rank() const {
     for (const auto& [name, t] : model_.model->parameters()) weights += t.storage().nbytes();
     if (model_.nf4) weights += model_.nf4->nbytes();
   }
-  // The gradients as held from the backward to the step (with lazy storage not during the forward).
-  const int64_t grads = optimizer_->flat().gradients().bytes();
+  // The gradients as held from the end of the backward to the step (with lazy storage not during
+  // the forward; this rank's shards only where the reducer releases the rest).
+  const int64_t whole = optimizer_->flat().gradients().bytes();
+  const int64_t grads = reducer_ && reducer_->releases() ? whole / world() : whole;
   const int64_t masters = optimizer_->master_bytes(), moments = optimizer_->moment_bytes();
   // Offloaded, masters and moments are host memory: the device holds only the fp32 sums.
   int64_t state = optimizer_->offloaded() ? 0 : masters + moments;
   if (optimizer_->accumulator().defined()) state += optimizer_->accumulator().nbytes();
   nlohmann::json j = {{"weights_bytes", weights},       {"gradients_bytes", grads}, {"optimizer_state_bytes", state},
-                      {"master_weights_bytes", masters}, {"moments_bytes", moments}};
+                      {"master_weights_bytes", masters}, {"moments_bytes", moments}, {"gradients_whole_bytes", whole}};
   if (optimizer_->offloaded()) j["host_optimizer_bytes"] = optimizer_->host_bytes();
   if (device_.device.is_cuda()) {
     const MemoryStats m = memory_stats(device_.device);
@@ -783,6 +801,7 @@ TrainOutcome Run::finish(Stop stop, double wall_seconds) {
               " gradients, " + common::gib_text(m["optimizer_state_bytes"]) + " optimizer state, " +
               common::gib_text(m["activations_and_workspace_peak_bytes"]) + " activations and workspace at the peak, " +
               common::gib_text(m["outside_allocator_bytes"]) + " outside the allocator (CUDA context, NCCL)");
+    log::info(gradient_release_text(m));
   }
   if (last_checkpoint_) outcome.summary["checkpoint"] = last_checkpoint_->string();
   outcome.summary["data"] = cursor_.stats.to_json();  // every example read: used, truncated, dropped, skipped

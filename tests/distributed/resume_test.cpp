@@ -38,19 +38,22 @@ void stop_at_five(const WorkDir& dir, const std::string& name, int world, std::v
   EXPECT_EQ(checkpoint_folders(dir / name), std::vector<fs::path>{checkpoint_of(dir / name, 5)});
 }
 
-// A 2-rank run (`more` set) stopped after step 5 and resumed equals the straight run bit for bit.
-void expect_stop_and_resume_bit_identical(const WorkDir& dir, const std::vector<std::string>& more) {
+// A 2-rank run (`more` set) stopped after step 5 and resumed equals the straight run bit for bit
+// (`first` and `second` added to the two halves of the stopped run).
+void expect_stop_and_resume_bit_identical(const WorkDir& dir, const std::vector<std::string>& more,
+                                          const std::vector<std::string>& first = {},
+                                          const std::vector<std::string>& second = {}) {
   const auto straight = train_run(dir, "straight", 2, "tokens.jsonl", "", on(2, more));
   ASSERT_EQ(straight.records.size(), 10u);
 
-  stop_at_five(dir, "resumed", 2, more);
+  stop_at_five(dir, "resumed", 2, with(more, first));
   const fs::path five = checkpoint_of(dir / "resumed", 5);
   EXPECT_TRUE(fs::exists(five / "training_state.rank0.safetensors"));
   EXPECT_TRUE(fs::exists(five / "training_state.rank1.safetensors"));
   // The same command again continues from step 5.
-  const Outcome second = launch(dir, "resumed", "resumed-second", 2, on(2, more));
-  EXPECT_NE(second.outputs[0].find("resumed from " + five.string() + " at step 5"), std::string::npos)
-      << second.outputs[0];
+  const Outcome resumed_run = launch(dir, "resumed", "resumed-second", 2, on(2, with(more, second)));
+  EXPECT_NE(resumed_run.outputs[0].find("resumed from " + five.string() + " at step 5"), std::string::npos)
+      << resumed_run.outputs[0];
   const auto resumed = train_records(dir / "resumed");
   ASSERT_EQ(resumed.size(), 10u);
   for (size_t i = 0; i < 10; ++i) {
@@ -71,6 +74,17 @@ void expect_stop_and_resume_bit_identical(const WorkDir& dir, const std::vector<
 TEST(DataParallelResume, StopAndResumeOnTwoRanksIsBitIdentical) {
   WorkDir dir;
   expect_stop_and_resume_bit_identical(dir, {});
+}
+
+// distributed.release_unowned_gradients changes no bit, so a checkpoint saved with it on resumes
+// with it off, and the reverse, as the straight run (on) continues.
+TEST(DataParallelResume, ResumingAcrossTheGradientReleaseIsBitIdentical) {
+  for (const bool first : {true, false}) {
+    SCOPED_TRACE(first ? "saved with the release on, resumed with it off" : "saved off, resumed on");
+    WorkDir dir;
+    const std::string on_ = "distributed.release_unowned_gradients=true", off = "distributed.release_unowned_gradients=false";
+    expect_stop_and_resume_bit_identical(dir, {}, {first ? on_ : off}, {first ? off : on_});
+  }
 }
 
 // 8-bit moments (optimizer.state_dtype: int8): each rank's file holds its shard's codes and absmax.

@@ -156,6 +156,8 @@ TEST(TrainConfig, BadValuesNameTheKeyAndTheProblem) {
       {"batching:\n  grad_accumulation: 0\n", "batching.grad_accumulation: 0 must be >= 1"},
       {"batching:\n  examples_per_micro_batch: 2.5\n", "expected an integer, got '2.5'"},
       {"data:\n  shuffle: maybe\n", "data.shuffle: expected true or false"},
+      {"distributed:\n  release_unowned_gradients: some\n",
+       "distributed.release_unowned_gradients: expected true or false, got 'some'"},
       {"data:\n  train: [{path: a.jsonl, wieght: 2}]\n", "did you mean 'weight'"},
       {"data:\n  train: [{path: a.jsonl, format: csv}]\n", "data.train[0].format: 'csv' is not one of"},
       {"model:\n  activation_checkpointing: sometimes\n", "model.activation_checkpointing: expected auto, none"},

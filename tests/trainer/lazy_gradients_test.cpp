@@ -2,7 +2,7 @@
 // cut into pieces is the one-buffer norm bit for bit; lazy buckets train as one
 // resident buffer bit for bit (clipping, accumulation, fp32 sums, 8-bit moments,
 // split masters, a bucket no backward reaches); kept segments (gradient sinks) and
-// hand-set gradients; the storage is freed after the step.
+// hand-set gradients; the storage is freed after the step; a bucket dropped for its shard.
 #include "tests/trainer/lazy_gradients_util.h"
 
 #include "models/grad_sink_linear.h"
@@ -65,6 +65,43 @@ TEST(TrainLazyGradients, StorageIsFreedAfterTheStep) {
 
 // A weight whose gradient a sink writes (keep_on_zero): its bucket is not
 // zeroed for it, the sink overwrites; where no backward writes it, zeros.
+// ZeRO-2's release (optim/grad_reducer.h) as FlatGradients sees it: a bucket dropped for its
+// shard frees its storage and .grad views, reads as the shard between absent pieces, takes no
+// new gradient, and release() frees the shard too.
+TEST(TrainLazyGradients, ADroppedBucketReadsAsItsShardUntilRelease) {
+  testing::TinyModel m(at::kBFloat16, at::Device(at::kCPU));
+  DataParallelSpec dp;
+  dp.bucket_elements = 256;
+  AdamW opt(m.names, m.params, OptimizerSection{}, FlatLayout::kDefaultAlignment, dp);
+  FlatGradients& g = opt.flat().gradients();
+  const FlatBucket b0 = opt.flat().layout().buckets()[0];
+  m.loss(0).backward();
+  const at::Tensor whole = g.bucket(0).clone();
+  const c10::weak_intrusive_ptr<c10::StorageImpl> storage = g.bucket(0).storage().getWeakStorageImpl();
+  const int64_t n = b0.size / 2;
+  g.make_shard(0, 1, 2).copy_(whole.narrow(0, n, n));  // as a reduce-scatter into rank 1's shard
+  g.drop_bucket(0);
+  EXPECT_FALSE(g.bucket(0).defined());
+  for (size_t i = b0.first_segment; i < b0.end_segment; ++i) EXPECT_FALSE(m.params[i].grad().defined()) << i;
+  EXPECT_TRUE(storage.expired()) << "the bucket's memory must go with its views";
+  EXPECT_EQ(g.allocated_bytes(), g.bytes() - n * 2);
+  EXPECT_TRUE(at::equal(g.slice(0, b0.offset + n, n, false), whole.narrow(0, n, n)));
+  EXPECT_FALSE(g.slice(0, b0.offset, n, false).defined());
+  EXPECT_THROW(g.slice(0, b0.offset, n, true), std::logic_error);
+  const auto pieces = g.pieces();
+  ASSERT_GE(pieces.size(), 2u);
+  EXPECT_FALSE(pieces[0].grads.defined());
+  EXPECT_EQ(pieces[0].offset, b0.offset);
+  EXPECT_EQ(pieces[0].numel, n);
+  EXPECT_TRUE(pieces[1].grads.is_same(g.shard(0)));
+  EXPECT_EQ(pieces[1].offset, b0.offset + n);
+  EXPECT_TRUE(at::equal(g.gathered().narrow(0, b0.offset, b0.size),
+                        at::cat({at::zeros({n}, whole.options()), whole.narrow(0, n, n)})));
+  g.release();
+  EXPECT_FALSE(g.shard(0).defined());
+  EXPECT_EQ(g.allocated_bytes(), 0);
+}
+
 TEST(TrainLazyGradients, GradientSinksWriteIntoLazyBuckets) {
   auto run = [](GradStorage storage) {
     at::manual_seed(5);
