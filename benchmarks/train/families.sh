@@ -4,7 +4,8 @@
 # micro-batch, examples in file order on both sides (so every run times the same
 # tokens), 30 steps, the first 5 not measured.
 #   fptrain       auto checkpointing, fp32 masters (its default) and bf16 AdamW (the peer's optimizer);
-#                 selective, every-layer and no checkpointing with bf16 AdamW (its speed at the peer's
+#                 selective, every-layer (replayed where memory allows; and plain: each layer keeps only its
+#                 input, as the peer's) and no checkpointing with bf16 AdamW (its speed at the peer's
 #                 memory; none: the peer's no-checkpointing setting)
 #   transformers  + FA2 varlen (DataCollatorWithFlattening) with checkpointing;
 #                 + Liger Kernel (apply_liger_kernel_to_<family>) without, and with, checkpointing
@@ -133,6 +134,8 @@ for shape in $SHAPES; do
     fp "$shape" fptrain-auto-bf16-adamw auto false
     fp "$shape" fptrain-selective-bf16-adamw selective false  # its best at the peer's memory
     fp "$shape" fptrain-ckpt-bf16-adamw every_layer false
+    # every layer kept as the peer keeps it, its input alone (model.recompute plain): equal memory terms
+    fp "$shape" fptrain-ckpt-plain-bf16-adamw every_layer false "--set model.recompute=plain"
     fp "$shape" fptrain-none-bf16-adamw none false  # the peer's no-checkpointing setting, equal memory terms
     hf "$shape" hf-fa2-ckpt
     hf "$shape" hf-liger-nockpt --liger --no-checkpointing
