@@ -59,7 +59,7 @@ AdamW::AdamW(std::vector<std::string> names, std::vector<at::Tensor> params, con
   if (offload) {  // before the state: make_state() allocates on the host then
     std::vector<OffloadedStep::Range> host;
     for (const Range& r : ranges_) host.push_back({r.flat, r.local, r.numel});
-    offload_ = std::make_unique<OffloadedStep>(std::move(host), w, local);
+    offload_ = std::make_unique<OffloadedStep>(std::move(host), w, local, options.host_threads);
     offload_waited_ = ranges_.size();
   }
   const at::ScalarType state_dtype = master_weights_ ? at::kFloat : w.scalar_type();

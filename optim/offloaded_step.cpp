@@ -70,8 +70,9 @@ struct OffloadedStep::Job {
   bool clip = false;
 };
 
-OffloadedStep::OffloadedStep(std::vector<Range> ranges, at::Tensor device_weights, int64_t local_numel)
-    : ranges_(std::move(ranges)), device_weights_(std::move(device_weights)) {
+OffloadedStep::OffloadedStep(std::vector<Range> ranges, at::Tensor device_weights, int64_t local_numel, int threads)
+    : ranges_(std::move(ranges)), device_weights_(std::move(device_weights)),
+      threads_(threads > 0 ? threads : at::get_num_threads()) {
   const at::Device device = device_weights_.device();
   host_weights_ = host_state_zeros(local_numel, device_weights_.scalar_type(), device);
   int64_t largest = 0;
@@ -151,7 +152,9 @@ void OffloadedStep::wait_host() {
 }
 
 void OffloadedStep::run() {
-  at::init_num_threads();  // the intra-op thread count of the process, for the CPU step's parallel_for
+  // An explicit count: left to itself a new thread's OpenMP team can be one thread (seen on
+  // a 64-core GPU host, 2026-11-26: the 8B host update ran on one core, minutes a step).
+  at::set_num_threads(threads_);
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || running_; });

@@ -60,8 +60,9 @@ class OffloadedStep {
     std::vector<at::Tensor> zero_after;
   };
 
-  // `device_weights`: the flat weight buffer; host_weights() is local-sized.
-  OffloadedStep(std::vector<Range> ranges, at::Tensor device_weights, int64_t local_numel);
+  // `device_weights`: the flat weight buffer; host_weights() is local-sized. `threads`: the
+  // worker's intra-op threads (0: the constructing thread's at::get_num_threads()).
+  OffloadedStep(std::vector<Range> ranges, at::Tensor device_weights, int64_t local_numel, int threads = 0);
   ~OffloadedStep();
   OffloadedStep(const OffloadedStep&) = delete;
   OffloadedStep& operator=(const OffloadedStep&) = delete;
@@ -71,6 +72,8 @@ class OffloadedStep {
   // are what goes back to the device. Copied from the device at the first launch after
   // mark_weights_stale() (construction, a restored checkpoint).
   const at::Tensor& host_weights() const { return host_weights_; }
+  // The intra-op threads the host update runs on.
+  int threads() const { return threads_; }
   void mark_weights_stale() { weights_stale_ = true; }
   // Pinned host bytes of the copies (the weights, two staging slots per input).
   int64_t host_bytes() const;
@@ -113,6 +116,7 @@ class OffloadedStep {
   bool stop_ = false;
   std::atomic<bool> stopping_{false};  // the destructor: a running step ends after its current range
   std::exception_ptr failure_;
+  int threads_ = 1;
   std::thread worker_;
 };
 

@@ -42,6 +42,9 @@ struct OptimizerSection {
   Moments moments = Moments::kFull;  // YAML: state_dtype: auto | int8
   GradStorage gradient_storage = GradStorage::kAuto;  // YAML: gradient_storage: auto | lazy | resident
   Offload offload = Offload::kNone;  // YAML: offload: none | cpu
+  // Not a YAML key: the offloaded update's intra-op threads (0: this process's intra-op
+  // count). The trainer sets it from cpu_threads, else the cores per rank of the node.
+  int host_threads = 0;
 };
 
 }  // namespace fptrain::optim

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <thread>
 
 #include <fstream>
 #include <stdexcept>
@@ -107,6 +108,12 @@ MemoryStats memory_stats(const at::Device& device) {
   while (std::getline(status, line))
     if (line.rfind("VmHWM:", 0) == 0) m.peak_rss_bytes = std::stoll(line.substr(6)) * 1024;  // kB
   return m;
+}
+
+int offload_host_threads(int64_t cpu_threads, int local_ranks) {
+  if (cpu_threads > 0) return static_cast<int>(cpu_threads);
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / std::max(1, local_ranks));
 }
 
 }  // namespace fptrain::trainer

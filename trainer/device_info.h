@@ -20,6 +20,10 @@ struct DeviceInfo {
 // "auto" picks cuda when LibTorch sees a GPU, else cpu. "cuda" without a GPU is an error.
 // cpu_threads > 0 sets LibTorch's intra-op thread count first.
 DeviceInfo resolve_device(const std::string& requested, int64_t cpu_threads = 0);
+
+// The intra-op threads of an offloaded optimizer's host update: cpu_threads when set, else
+// this machine's cores shared among its `local_ranks` processes.
+int offload_host_threads(int64_t cpu_threads, int local_ranks);
 // The device a data-parallel rank asks for: cuda:LOCAL_RANK where GPUs are
 // (`device: auto` or `cuda`), else the CPU. Throws for more ranks on a node than
 // GPUs, or for `device: cuda:N`, which every rank would share.

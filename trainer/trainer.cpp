@@ -171,6 +171,7 @@ class Run {
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<data::DataPipeline> data_;
   std::unique_ptr<distributed::Group> group_;  // data parallelism; null for one process
+  int local_ranks_ = 1;                          // processes of this run on this machine
   std::unique_ptr<AdamW> optimizer_;
   std::shared_ptr<models::GradSinks> grad_sinks_;  // the projections' gradients, written into the flat buffer
   std::unique_ptr<GradReducer> reducer_;  // with group_
@@ -346,6 +347,7 @@ void Run::set_up() {
   // Launched by torchrun, srun or by hand with RANK / WORLD_SIZE / ...: one rank of a group.
   const std::optional<distributed::LaunchEnv> env = distributed::read_launch_env();
   if (env) log::set_rank(env->rank);
+  if (env) local_ranks_ = env->local_world_size;
   open_output_dir(env ? env->rank : 0);
   device_ = resolve_device(env ? rank_device(config_.device, *env) : config_.device, config_.cpu_threads);
   if (env) {
@@ -537,7 +539,8 @@ std::string Run::offloaded_memory_text(const nlohmann::json& m) const {
          " master weights" + (optimizer_->split_masters() ? " as 16-bit remainders, " : ", ") +
          common::gib_text(moments) + (optimizer_->moments_8bit() ? " 8-bit moments, " : " moments, ") +
          common::gib_text(host - masters - moments) + " weight copy and staging) and updates it in " +
-         std::to_string(optimizer_->flat().layout().buckets().size()) + " bucket(s) on the host";
+         std::to_string(optimizer_->flat().layout().buckets().size()) + " bucket(s) on " +
+         std::to_string(optimizer_->offload()->threads()) + " host thread(s)";
 }
 
 // What a rank holds of the gradients from its reductions to the step, and why (the
@@ -619,7 +622,9 @@ void Run::make_optimizer() {
     params.push_back(t);
   }
   const DataParallelSpec dp = data_parallel_spec(group_.get(), config_, params.front().scalar_type());
-  optimizer_ = std::make_unique<AdamW>(names, params, config_.optimizer, FlatLayout::kDefaultAlignment, dp);
+  optim::OptimizerSection options = config_.optimizer;
+  options.host_threads = offload_host_threads(config_.cpu_threads, local_ranks_);
+  optimizer_ = std::make_unique<AdamW>(names, params, options, FlatLayout::kDefaultAlignment, dp);
   if (!model_.adapter) {
     // The projection weights' gradients are written by their backward GEMMs into
     // their slots of the flat gradients (allocated on demand), so those slots are

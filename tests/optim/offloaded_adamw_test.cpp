@@ -8,9 +8,11 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <map>
 
 namespace fptrain::optim {
@@ -192,6 +194,27 @@ TEST(OffloadedAdamW, AFailingHostUpdateIsReportedNotAHang) {
   EXPECT_THROW(opt->wait_for_all_weights(), std::runtime_error);
   EXPECT_THROW(opt->grad_norm(0.5), std::runtime_error);
 }  // the destructor ends the worker
+
+// The host update runs on the thread count it was given, whatever the process's intra-op
+// setting (a GPU host once ran the whole 8B update on one core).
+TEST(OffloadedStep, TheHostUpdateRunsOnItsOwnThreadCount) {
+  const int before = at::get_num_threads();
+  at::set_num_threads(1);
+  const at::Tensor weights = at::zeros({1 << 16});
+  OffloadedStep step({{0, 0, 1 << 16}}, weights, 1 << 16, /*threads=*/3);
+  EXPECT_EQ(step.threads(), 3);
+  std::atomic<int> seen{0};
+  OffloadedStep::Input in;
+  in.grads = at::ones({1 << 16});
+  std::vector<OffloadedStep::Input> inputs;
+  inputs.push_back(std::move(in));
+  step.launch(std::move(inputs), at::Tensor(), [&](size_t, const at::Tensor&, const at::Tensor&, const at::Tensor&) {
+    seen = at::get_num_threads();
+  });
+  step.wait_host();
+  EXPECT_EQ(seen.load(), 3);
+  at::set_num_threads(before);
+}
 
 }  // namespace
 }  // namespace fptrain::optim
