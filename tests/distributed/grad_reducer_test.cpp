@@ -7,6 +7,7 @@
 #include "distributed/store_communicator.h"
 #include "optim/adamw.h"
 #include "optim/grad_reducer.h"
+#include "tests/distributed/rank_threads.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -15,10 +16,13 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
-#include <thread>
-
 namespace fptrain::optim {
 namespace {
+
+using distributed::testing::cloned_state;
+using distributed::testing::expect_no_errors;
+using distributed::testing::model_weights;
+using distributed::testing::on_ranks;
 
 const std::vector<std::pair<std::string, std::vector<int64_t>>> kShapes = {
     {"embed", {40, 24}}, {"w1", {24, 48}}, {"b1", {48}}, {"w2", {48, 24}}, {"norm", {24}}, {"head", {24, 40}}};
@@ -89,18 +93,6 @@ OptimizerSection optimizer(double clip, Moments moments = Moments::kFull) {
   return o;
 }
 
-at::Tensor model_weights(const AdamW& opt) {
-  std::vector<at::Tensor> parts;
-  for (const auto& p : opt.flat().params()) parts.push_back(p.detach().reshape({-1}).clone());
-  return at::cat(parts);
-}
-
-std::vector<std::pair<std::string, at::Tensor>> cloned_state(const AdamW& opt) {
-  std::vector<std::pair<std::string, at::Tensor>> out;
-  for (const auto& [k, t] : opt.state()) out.emplace_back(k, t.clone());
-  return out;
-}
-
 // One process, no communicator: every rank's micro-batches of a step in rank order.
 Result train_alone(const Plan& plan, double clip, Moments moments = Moments::kFull) {
   AdamW opt(names(), initial_params(), optimizer(clip, moments), kAlignment);
@@ -121,41 +113,32 @@ Result train_alone(const Plan& plan, double clip, Moments moments = Moments::kFu
 // the reducer armed before the last one, finish(), norm, step.
 std::vector<Result> train_ranks(const Plan& plan, int world, bool shard, double clip,
                                 Moments moments = Moments::kFull) {
-  auto store = c10::make_intrusive<c10d::HashStore>();
   std::vector<Result> results(world);
-  std::vector<std::string> errors(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        distributed::StoreCommunicator comm(store, r, world, std::chrono::seconds(60));
-        DataParallelSpec dp;
-        dp.comm = &comm;
-        dp.shard = shard;
-        dp.bucket_elements = kBucketElements;
-        AdamW opt(names(), initial_params(), optimizer(clip, moments), kAlignment, dp);
-        GradReducer reducer(opt.flat(), comm, opt.sharded());
-        Result& res = results[r];
-        res.buckets = static_cast<int64_t>(opt.flat().layout().buckets().size());
-        for (const auto& step : plan) {
-          const double denominator = tokens_of_step(step);
-          const auto& mine = step[r];
-          for (size_t j = 0; j < mine.size(); ++j) {
-            if (j + 1 == mine.size()) reducer.arm();
-            (loss_sum(opt.flat().params(), mine[j]) / denominator).backward();
-          }
-          reducer.finish();
-          res.norms.push_back(opt.grad_norm(clip).item<float>());
-          opt.step(optimizer(clip).lr);
-        }
-        res.weights = model_weights(opt);
-        res.state = cloned_state(opt);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const auto errors = on_ranks(store, world, [&](int r, distributed::StoreCommunicator& comm) {
+    DataParallelSpec dp;
+    dp.comm = &comm;
+    dp.shard = shard;
+    dp.bucket_elements = kBucketElements;
+    AdamW opt(names(), initial_params(), optimizer(clip, moments), kAlignment, dp);
+    GradReducer reducer(opt.flat(), comm, opt.sharded());
+    Result& res = results[r];
+    res.buckets = static_cast<int64_t>(opt.flat().layout().buckets().size());
+    for (const auto& step : plan) {
+      const double denominator = tokens_of_step(step);
+      const auto& mine = step[r];
+      for (size_t j = 0; j < mine.size(); ++j) {
+        if (j + 1 == mine.size()) reducer.arm();
+        (loss_sum(opt.flat().params(), mine[j]) / denominator).backward();
       }
-    });
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+      reducer.finish();
+      res.norms.push_back(opt.grad_norm(clip).item<float>());
+      opt.step(optimizer(clip).lr);
+    }
+    res.weights = model_weights(opt);
+    res.state = cloned_state(opt);
+  }, std::chrono::seconds(60));
+  expect_no_errors(errors);
   return results;
 }
 

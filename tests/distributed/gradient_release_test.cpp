@@ -9,6 +9,7 @@
 #include "distributed/store_communicator.h"
 #include "optim/adamw.h"
 #include "optim/grad_reducer.h"
+#include "tests/distributed/rank_threads.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -16,10 +17,13 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
-#include <thread>
-
 namespace fptrain::optim {
 namespace {
+
+using distributed::testing::cloned_state;
+using distributed::testing::expect_no_errors;
+using distributed::testing::model_weights;
+using distributed::testing::on_ranks;
 
 const std::vector<std::pair<std::string, std::vector<int64_t>>> kShapes = {
     {"embed", {40, 24}}, {"w1", {24, 48}}, {"b1", {48}}, {"w2", {48, 24}}, {"norm", {24}}, {"head", {24, 40}}};
@@ -112,30 +116,18 @@ Result train_rank(const Form& form, const std::vector<std::vector<std::vector<Mi
     opt.step(form.options.lr);
   }
   opt.wait_for_all_weights();
-  std::vector<at::Tensor> parts;
-  for (const auto& p : opt.flat().params()) parts.push_back(p.detach().reshape({-1}).clone());
-  res.weights = at::cat(parts);
-  for (const auto& [k, t] : opt.state()) res.state.emplace_back(k, t.clone());
+  res.weights = model_weights(opt);
+  res.state = cloned_state(opt);
   return res;
 }
 
 std::vector<Result> train_ranks(const Form& form, bool release) {
   const auto plan = make_plan(form.micro_batches);
-  auto store = c10::make_intrusive<c10d::HashStore>();
   std::vector<Result> results(kWorld);
-  std::vector<std::string> errors(kWorld);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kWorld; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        distributed::StoreCommunicator comm(store, r, kWorld, std::chrono::seconds(60));
-        results[r] = train_rank(form, plan, comm, release);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  expect_no_errors(on_ranks(store, kWorld, [&](int r, distributed::StoreCommunicator& comm) {
+    results[r] = train_rank(form, plan, comm, release);
+  }, std::chrono::seconds(60)));
   return results;
 }
 
@@ -209,26 +201,22 @@ INSTANTIATE_TEST_SUITE_P(Forms, GradientReleaseTest, ::testing::ValuesIn(forms()
 
 // Without sharding there is nothing to release: the reducer all-reduces whole buckets.
 TEST(GradientRelease, AppliesOnlyToShardedLazyGradients) {
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  std::vector<std::thread> threads;
   std::vector<std::string> says(kWorld);
-  for (int r = 0; r < kWorld; ++r)
-    threads.emplace_back([&, r] {
-      distributed::StoreCommunicator comm(store, r, kWorld, std::chrono::seconds(60));
-      std::vector<std::string> names;
-      for (const auto& [n, s] : kShapes) names.push_back(n);
-      DataParallelSpec dp;
-      dp.comm = &comm;
-      dp.bucket_elements = kBucketElements;
-      OptimizerSection o = options(0.0);
-      AdamW replicated(names, initial_params(at::kFloat), o, kAlignment, dp);
-      dp.shard = true;
-      o.gradient_storage = GradStorage::kResident;
-      AdamW resident(names, initial_params(at::kFloat), o, kAlignment, dp);
-      says[r] = std::string(GradReducer(replicated.flat(), comm, false, true).releases() ? "r" : "-") +
-                (GradReducer(resident.flat(), comm, true, true).releases() ? "r" : "-");
-    });
-  for (auto& t : threads) t.join();
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  expect_no_errors(on_ranks(store, kWorld, [&](int r, distributed::StoreCommunicator& comm) {
+    std::vector<std::string> names;
+    for (const auto& [n, s] : kShapes) names.push_back(n);
+    DataParallelSpec dp;
+    dp.comm = &comm;
+    dp.bucket_elements = kBucketElements;
+    OptimizerSection o = options(0.0);
+    AdamW replicated(names, initial_params(at::kFloat), o, kAlignment, dp);
+    dp.shard = true;
+    o.gradient_storage = GradStorage::kResident;
+    AdamW resident(names, initial_params(at::kFloat), o, kAlignment, dp);
+    says[r] = std::string(GradReducer(replicated.flat(), comm, false, true).releases() ? "r" : "-") +
+              (GradReducer(resident.flat(), comm, true, true).releases() ? "r" : "-");
+  }, std::chrono::seconds(60)));
   for (int r = 0; r < kWorld; ++r) EXPECT_EQ(says[r], "--") << "rank " << r;
 }
 

@@ -3,6 +3,7 @@
 // every rank (sums in rank order), leaves no key behind, and a rank that never
 // posts makes the others throw within the timeout, naming it.
 #include "distributed/store_communicator.h"
+#include "tests/distributed/rank_threads.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -19,30 +20,8 @@ namespace fptrain::distributed {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using RankFn = std::function<void(int rank, StoreCommunicator& comm)>;
-
-// Runs `fn` on `world` threads (one per rank, each with its own communicator
-// over `store`); returns each rank's exception message ("" if none).
-std::vector<std::string> on_ranks(const c10::intrusive_ptr<c10d::Store>& store, int world, const RankFn& fn,
-                                  std::chrono::milliseconds timeout = std::chrono::seconds(30),
-                                  const std::vector<int>& ranks_present = {}) {
-  std::vector<int> ranks = ranks_present;
-  if (ranks.empty())
-    for (int r = 0; r < world; ++r) ranks.push_back(r);
-  std::vector<std::string> errors(world);
-  std::vector<std::thread> threads;
-  for (int r : ranks)
-    threads.emplace_back([&, r] {
-      try {
-        StoreCommunicator comm(store, r, world, timeout);
-        fn(r, comm);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  return errors;
-}
+using fptrain::distributed::testing::expect_no_errors;
+using fptrain::distributed::testing::on_ranks;
 
 // Deterministic random values for rank r, made on the main thread.
 at::Tensor values(int64_t n, uint64_t seed, at::ScalarType dtype = at::kFloat) {
@@ -57,10 +36,6 @@ at::Tensor rank_order_sum(const std::vector<at::Tensor>& xs) {
   at::Tensor acc = xs[0].clone();
   for (size_t r = 1; r < xs.size(); ++r) acc = acc + xs[r];
   return acc;
-}
-
-void expect_no_errors(const std::vector<std::string>& errors) {
-  for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
 void expect_store_empty(c10d::HashStore& store) {
