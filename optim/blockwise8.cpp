@@ -2,7 +2,7 @@
 // step does (optim/blockwise8_math.h).
 #include "optim/blockwise8.h"
 
-#include <ATen/Parallel.h>
+#include "optim/cpu_parallel.h"
 
 #include <algorithm>
 #include <cfloat>

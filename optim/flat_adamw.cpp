@@ -3,7 +3,7 @@
 // per-element arithmetic must round exactly as written in flat_adamw_math.h.
 #include "optim/flat_adamw.h"
 
-#include <ATen/Parallel.h>
+#include "optim/cpu_parallel.h"
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 

@@ -8,7 +8,7 @@
 #include "optim/cuda/flat_adamw_cuda.h"
 #include "optim/flat_cpu_masters.h"
 
-#include <ATen/Parallel.h>
+#include "optim/cpu_parallel.h"
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 

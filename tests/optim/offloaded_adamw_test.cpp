@@ -13,7 +13,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <map>
+#include <mutex>
+#include <set>
+#include <thread>
 
 namespace fptrain::optim {
 namespace {
@@ -204,15 +208,24 @@ TEST(OffloadedStep, TheHostUpdateRunsOnItsOwnThreadCount) {
   OffloadedStep step({{0, 0, 1 << 16}}, weights, 1 << 16, /*threads=*/3);
   EXPECT_EQ(step.threads(), 3);
   std::atomic<int> seen{0};
+  std::mutex mutex;
+  std::set<std::thread::id> workers;  // the threads at::parallel_for really ran on
   OffloadedStep::Input in;
   in.grads = at::ones({1 << 16});
   std::vector<OffloadedStep::Input> inputs;
   inputs.push_back(std::move(in));
   step.launch(std::move(inputs), at::Tensor(), [&](size_t, const at::Tensor&, const at::Tensor&, const at::Tensor&) {
     seen = at::get_num_threads();
+    at::parallel_for(0, 3, 1, [&](int64_t, int64_t) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // no thread takes two tasks
+      std::lock_guard<std::mutex> lock(mutex);
+      workers.insert(std::this_thread::get_id());
+    });
   });
   step.wait_host();
   EXPECT_EQ(seen.load(), 3);
+  // Not one: code compiled without OpenMP runs ATen's inline parallel_for serially.
+  EXPECT_EQ(workers.size(), 3u);
   at::set_num_threads(before);
 }
 
