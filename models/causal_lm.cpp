@@ -303,6 +303,9 @@ LossOutput CausalLM::loss(const PackedInput& input, const at::Tensor& labels, co
   LossOutput out;
   out.num_supervised = (targets != kIgnoreIndex).sum();
   if (!loss_options_.fused) {
+    // A sink's slot is left for its writer to overwrite: autograd would add into stale values.
+    if (loss_options_.head_grad_sink != nullptr)
+      throw std::logic_error("CausalLM::loss: a head gradient sink needs the fused loss");
     out.loss_sum = reference_linear_cross_entropy(hidden_states(input), head_weight(), targets,
                                                   config_.logits_scaling, config_.final_logit_softcap);
     return out;
@@ -314,7 +317,8 @@ LossOutput CausalLM::loss(const PackedInput& input, const at::Tensor& labels, co
                                                       : targets.to(at::kCPU);
   out.loss_sum = linear_cross_entropy(hidden_states(input), head_weight(), targets, config_.logits_scaling,
                                       loss_options_.chunk_tokens, targets_cpu,
-                                      config_.final_logit_softcap);  // also checks the input
+                                      config_.final_logit_softcap,
+                                      loss_options_.head_grad_sink);  // also checks the input
   return out;
 }
 

@@ -40,6 +40,9 @@ struct LossOptions {
   // (reference_linear_cross_entropy), kept for comparison.
   bool fused = true;
   int64_t chunk_tokens = 0;  // fused: supervised tokens per chunk; 0 = default_chunk_tokens(vocab)
+  // fused only: where the head weight's gradient goes (the trainer's GradSinks::head();
+  // linear_cross_entropy's weight_sink). Null: returned to autograd.
+  WeightGradSink* head_grad_sink = nullptr;
 };
 
 class CausalLM {
@@ -76,6 +79,7 @@ class CausalLM {
   const std::shared_ptr<const DecoderOps>& ops() const { return ops_; }
   // Every projection of the decoder (layer by layer, in parameter order; slot = index).
   std::vector<Projection> projections() const;
+  const at::Tensor& head_weight() const;  // lm_head, or the tied embedding
 
   // Optional wrapper around each decoder layer, used by the trainer for
   // activation checkpointing: when set, hidden_states() computes layer i as
@@ -98,7 +102,6 @@ class CausalLM {
 
  private:
   const at::Tensor& weight(const std::string& name) const;
-  const at::Tensor& head_weight() const;  // lm_head, or the tied embedding
   attention::VarlenSpec attention_spec(const PackedInput& input) const;
   // A decoder layer's parameters, looked up once at construction (the forward
   // builds no names and searches no map per layer). Biases are null when absent.

@@ -7,41 +7,56 @@
 namespace fptrain::models {
 
 GradSinks::GradSinks(const std::vector<Projection>& projections,
-                     const std::function<GradSlot(const at::Tensor&)>& slot_of)
+                     const std::function<GradSlot(const at::Tensor&)>& slot_of, const at::Tensor* head)
     : sinks_(projections.size()) {
   for (const Projection& p : projections) {
     if (p.slot < 0 || p.slot >= static_cast<int64_t>(sinks_.size()))
       throw std::logic_error("GradSinks: projection slots must be 0..n-1");
     sinks_[static_cast<size_t>(p.slot)] = GradSink{p.weight, slot_of(*p.weight), false};
   }
+  if (head == nullptr) return;
+  head_ = std::make_unique<WeightGradSink>();
+  head_->sink = GradSink{head, slot_of(*head), false};
 }
 
-GradSinks::GradSinks(const std::vector<Projection>& projections)
+GradSinks::GradSinks(const std::vector<Projection>& projections, const at::Tensor* head)
     : GradSinks(projections, [](const at::Tensor& w) -> GradSlot {
         if (!w.grad().defined() || w.grad().sizes() != w.sizes() || !w.grad().is_contiguous())
           throw std::logic_error("GradSinks: a projection weight has no contiguous .grad view");
         return [view = w.grad()](bool) { return view; };
-      }) {}
+      }, head) {}
 
-void GradSinks::begin_step() {
+void GradSinks::begin_step(double head_grad_scale) {
   for (GradSink& s : sinks_) s.written = false;
+  if (!head_) return;
+  head_->sink.written = false;
+  head_->grad_scale = head_grad_scale;
 }
+
+namespace {
+
+// Nothing wrote it this step: its gradient is zero, not what the slot held
+// (nothing to do where its storage does not exist: that reads as zeros).
+void zero_if_unwritten(GradSink& s) {
+  if (s.written) return;
+  const at::Tensor g = s.grad(/*need=*/false);
+  if (g.defined()) g.zero_();
+  s.written = true;
+}
+
+}  // namespace
 
 void GradSinks::finish_step() {
   c10::NoGradGuard no_grad;
-  for (GradSink& s : sinks_)
-    if (!s.written) {
-      // No backward reached it this step: its gradient is zero, not what the slot held
-      // (nothing to do where its storage does not exist: that reads as zeros).
-      const at::Tensor g = s.grad(/*need=*/false);
-      if (g.defined()) g.zero_();
-      s.written = true;
-    }
+  if (head_) head_->check.verify();
+  for (GradSink& s : sinks_) zero_if_unwritten(s);
+  if (head_) zero_if_unwritten(head_->sink);
 }
 
 std::vector<const at::Tensor*> GradSinks::params() const {
   std::vector<const at::Tensor*> out;
   for (const GradSink& s : sinks_) out.push_back(s.param);
+  if (head_) out.push_back(head_->sink.param);
   return out;
 }
 

@@ -1,12 +1,16 @@
 // The gradient sinks of a model's projection weights (models/grad_sink_linear.h):
 // one per projection, each the weight's gradient slot in the trainer's flat
-// gradients. The trainer builds them with the optimizer and hands them to the
-// model's op set; the model never sees the gradient storage.
+// gradients; optionally one more for the head weight (lm_head, or the tied
+// embedding), which the fused loss writes (models/linear_cross_entropy.h). The
+// trainer builds them with the optimizer and hands them to the model's op set and
+// loss options; the model never sees the gradient storage.
 #pragma once
 
 #include "models/decoder_ops.h"
+#include "models/linear_cross_entropy.h"
 
 #include <functional>
+#include <memory>
 #include <vector>
 
 namespace fptrain::models {
@@ -16,23 +20,31 @@ class GradSinks {
   // `projections`: every projection of the model (CausalLM::projections()),
   // slots 0..n-1; `slot_of(weight)`: where its gradient lives (the trainer's
   // gradient storage).
-  GradSinks(const std::vector<Projection>& projections, const std::function<GradSlot(const at::Tensor&)>& slot_of);
+  // `head`: the head weight, whose sink head() is (none when null).
+  GradSinks(const std::vector<Projection>& projections, const std::function<GradSlot(const at::Tensor&)>& slot_of,
+            const at::Tensor* head = nullptr);
   // The same with each weight's .grad as it is now, a fixed view. Throws
   // std::logic_error when a weight has no contiguous .grad view.
-  explicit GradSinks(const std::vector<Projection>& projections);
+  explicit GradSinks(const std::vector<Projection>& projections, const at::Tensor* head = nullptr);
 
   GradSink* at(int64_t slot) { return &sinks_[static_cast<size_t>(slot)]; }
+  // The head weight's sink for the fused loss (LossOptions::head_grad_sink); null without one.
+  WeightGradSink* head() { return head_.get(); }
 
-  // Before a step's first backward: the views hold the last step's values, to
-  // be overwritten (the trainer does not zero them).
-  void begin_step();
-  // After its last: zeroes the views no backward wrote this step (where storage exists).
+  // Before a step's first forward: the views hold the last step's values, to be
+  // overwritten (the trainer does not zero them). `head_grad_scale`: the grad_output
+  // every loss of the step will be backpropagated with (the head's sink applies it
+  // in the forward).
+  void begin_step(double head_grad_scale = 1.0);
+  // After its last backward: checks the head's grad_output (std::logic_error) and
+  // zeroes the views nothing wrote this step (where storage exists).
   void finish_step();
-  // The weights whose gradients go through the sinks.
+  // The weights whose gradients go through the sinks (the head's last).
   std::vector<const at::Tensor*> params() const;
 
  private:
   std::vector<GradSink> sinks_;
+  std::unique_ptr<WeightGradSink> head_;
 };
 
 }  // namespace fptrain::models

@@ -11,6 +11,8 @@
 // backward is softmax - onehot per supervised row and zero elsewhere), in the
 // same dtypes and the same order of roundings, at grad_output = 1. The backward
 // multiplies by the real grad_output (the trainer's 1 / supervised count).
+// With a weight sink the weight's gradient goes instead into the sink's slot,
+// chunk by chunk, at the announced grad_output (WeightGradSink).
 #include "models/linear_cross_entropy.h"
 
 #include <c10/core/GradMode.h>
@@ -66,6 +68,7 @@ struct Plan {
   // [V, H] sum is needed (4 bytes per head weight at the step's peak: 2.3 GiB for
   // Qwen's 152k vocabulary at hidden 4096).
   bool weight_grad_in_one_gemm = false;
+  WeightGradSink* sink = nullptr;  // the weight's gradient goes there (grad_weight only)
 
   // The supervised rows of x ([T, ...]): a view when they are one run.
   at::Tensor select(const at::Tensor& x) const {
@@ -159,6 +162,30 @@ void accumulate_weight_grad(at::Tensor& sum, const at::Tensor& dlogits, const at
   }
 }
 
+// slot (+)= grad_scale * dlogits^T @ hidden_chunk in one GEMM: the scale is its
+// alpha (applied in fp32), the step's first write overwrites (beta = 0: the slot's
+// stale values are not read), later chunks and micro-batches add (beta = 1), as
+// Liger accumulates its chunks and as sink_linear its micro-batches.
+void write_to_sink(WeightGradSink& s, at::Tensor slot, const at::Tensor& dlogits,
+                   const at::Tensor& hidden_chunk) {
+  at::addmm_out(slot, slot, dlogits.t(), hidden_chunk, /*beta=*/s.sink.written ? 1.0 : 0.0, /*alpha=*/s.grad_scale);
+  s.sink.written = true;
+}
+
+// The sink's slot, made to exist; nothing supervised: a zero gradient (where the
+// step has not written it yet: later writers, the tied embedding's backward, add to it).
+at::Tensor sink_slot(WeightGradSink& s, const at::Tensor& weight, int64_t supervised) {
+  const at::Tensor slot = s.sink.grad(/*need=*/true);
+  if (!slot.defined() || slot.sizes() != weight.sizes() || slot.scalar_type() != weight.scalar_type() ||
+      slot.device() != weight.device() || !slot.is_contiguous())
+    throw std::logic_error("linear_cross_entropy: the weight sink's slot must be a contiguous tensor like the weight");
+  if (supervised == 0 && !s.sink.written) {
+    slot.zero_();
+    s.sink.written = true;
+  }
+  return slot;
+}
+
 at::Tensor take_tensor(AutogradContext* ctx, const char* key) {
   at::IValue& slot = ctx->saved_data[key];
   at::Tensor t = slot.isTensor() ? std::move(slot).toTensor() : at::Tensor();
@@ -180,8 +207,9 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
                                              : grad_hidden.narrow(0, plan.first, S);
     }
     const bool one_gemm = plan.weight_grad_in_one_gemm;
-    at::Tensor grad_weight;
-    if (plan.grad_weight && !one_gemm) {
+    at::Tensor grad_weight, slot;
+    if (plan.sink != nullptr) slot = sink_slot(*plan.sink, weight, S);
+    else if (plan.grad_weight && !one_gemm) {
       grad_weight_sum = at::zeros(weight.sizes(), weight.options().dtype(dtype == at::kDouble ? at::kDouble : at::kFloat));
     }
     if (S > 0) {
@@ -201,7 +229,8 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
           at::Tensor out = grad_hidden_rows.narrow(0, start, n);
           at::mm_out(out, dlogits, weight);
         }
-        if (one_gemm) grad_weight = at::mm(dlogits.t(), hidden_chunk);
+        if (plan.sink != nullptr) write_to_sink(*plan.sink, slot, dlogits, hidden_chunk);
+        else if (one_gemm) grad_weight = at::mm(dlogits.t(), hidden_chunk);
         else if (plan.grad_weight) accumulate_weight_grad(grad_weight_sum, dlogits, hidden_chunk);
       }
       if (plan.grad_hidden && plan.rows.defined()) grad_hidden.index_copy_(0, plan.rows, grad_hidden_rows);
@@ -215,6 +244,7 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
     ctx->saved_data["grad_weight"] = grad_weight;
     ctx->saved_data["supervised"] = S;
     ctx->saved_data["consumed"] = false;
+    ctx->saved_data["sink"] = reinterpret_cast<int64_t>(plan.sink);
     return token_loss.sum();
   }
 
@@ -226,6 +256,10 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
     ctx->saved_data["consumed"] = true;
     at::Tensor grad_hidden = take_tensor(ctx, "grad_hidden");
     at::Tensor grad_weight = take_tensor(ctx, "grad_weight");
+    // With a sink the weight's gradient is in its slot already, at the announced scale; the
+    // undefined one returned still reaches its AccumulateGrad, whose hooks run as usual.
+    if (auto* sink = reinterpret_cast<WeightGradSink*>(ctx->saved_data["sink"].toInt()))
+      sink->check.expect(grad_outputs[0], sink->grad_scale);
     // With nothing supervised the gradients are exact zeros whatever grad_output is.
     if (ctx->saved_data["supervised"].toInt() > 0 && grad_outputs[0].defined()) {
       // A [1] tensor, not a 0-dim one: type promotion then computes in fp32 and
@@ -256,7 +290,7 @@ int64_t default_chunk_tokens(int64_t vocab_size) {
 
 at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
                                 double logits_scale_divisor, int64_t chunk_tokens, const at::Tensor& targets_cpu,
-                                double final_softcap) {
+                                double final_softcap, WeightGradSink* weight_sink) {
   check_arguments(hidden, weight, targets, logits_scale_divisor);
   if (!(final_softcap >= 0) || !std::isfinite(final_softcap)) fail("final_softcap must be finite and >= 0");
   at::Tensor host_targets = targets_cpu;
@@ -276,11 +310,12 @@ at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weig
   const bool grad_mode = c10::GradMode::is_enabled();
   plan.grad_hidden = grad_mode && hidden.requires_grad();
   plan.grad_weight = grad_mode && weight.requires_grad();
+  if (plan.grad_weight && weight_sink != nullptr && weight_sink->sink.grad) plan.sink = weight_sink;
   // With the default chunks on CUDA in 16 bits, up to hidden / 2 supervised tokens
   // run as one chunk: its transient [S, V] buffers (about 8 bytes a logit) cost no
-  // more than the fp32 [V, H] sum that several chunks would need.
+  // more than the fp32 [V, H] sum that several chunks would need (a sink needs none).
   const bool sixteen_bit = hidden.scalar_type() == at::kBFloat16 || hidden.scalar_type() == at::kHalf;
-  const bool model_dtype_gemm = plan.grad_weight && weight.is_cuda() && sixteen_bit;
+  const bool model_dtype_gemm = plan.grad_weight && !plan.sink && weight.is_cuda() && sixteen_bit;
   if (model_dtype_gemm && chunk_tokens <= 0 && plan.count <= hidden.size(1) / 2)
     plan.chunk = std::max(plan.chunk, plan.count);
   plan.weight_grad_in_one_gemm = model_dtype_gemm && plan.count <= plan.chunk;

@@ -11,6 +11,9 @@
 // as hidden and weight themselves.
 #pragma once
 
+#include "models/grad_scale_check.h"
+#include "models/grad_sink_linear.h"
+
 #include <ATen/ATen.h>
 
 #include <cstdint>
@@ -32,6 +35,20 @@ at::Tensor lm_head_logits(const at::Tensor& hidden, const at::Tensor& weight, do
 // multiple of 128 tokens when there are that many.
 int64_t default_chunk_tokens(int64_t vocab_size);
 
+// Where the fused loss sends the weight's gradient instead of returning it: its
+// slot in the trainer's flat gradients (models/grad_sinks.h). Without a sink the
+// forward keeps the [V, H] gradient until the backward returns it and autograd's
+// AccumulateGrad adds it into the slot: two [V, H] tensors live at the backward's
+// start (three with an fp32 sum over several chunks). With one, each chunk's GEMM
+// writes into the slot at once, already times the backward's grad_output (the
+// GEMM's alpha, in fp32, one rounding per chunk; beta = 0 for the step's first
+// write, else 1, as sink_linear), and nothing [V, H] outlives the forward.
+struct WeightGradSink {
+  GradSink sink;            // the weight's slot; `written` is shared with whatever else writes it
+  double grad_scale = 1.0;  // the grad_output the backward will receive (the trainer's 1 / denominator)
+  GradScaleCheck check;     // the backward's check of grad_scale (verify() before reading the slot)
+};
+
 // Sum over t with targets[t] != -100 of cross_entropy(logits[t], targets[t]),
 // logits as lm_head_logits computes them, the cross-entropy in fp32. Returns an
 // fp32 scalar on hidden's device, differentiable with respect to hidden and
@@ -50,12 +67,18 @@ int64_t default_chunk_tokens(int64_t vocab_size);
 // one run) and cut into chunks, so ignored tokens cost no matmul at all. The
 // forward computes the gradients at grad_output = 1 and keeps them; the backward
 // scales them by grad_output in place and hands them over, so it may run once
-// (no retain_graph). Temporaries are chunk-sized, plus an fp32 accumulator for
-// the weight's gradient when the model dtype is 16-bit.
+// (no retain_graph). Temporaries are chunk-sized, plus (without a weight_sink) an
+// fp32 accumulator for the weight's gradient when the model dtype is 16-bit.
+//   weight_sink   optional: with a slot, and when weight's gradient is computed, the
+//                 forward writes that gradient there (WeightGradSink) and the
+//                 backward returns none for weight; it checks that its grad_output
+//                 is weight_sink->grad_scale (on a device through check.verify()).
+//                 So a forward in grad mode has written the slot: run its backward.
 // Throws std::invalid_argument for bad shapes, dtypes, devices and targets.
 at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
                                 double logits_scale_divisor = 1.0, int64_t chunk_tokens = 0,
-                                const at::Tensor& targets_cpu = {}, double final_softcap = 0.0);
+                                const at::Tensor& targets_cpu = {}, double final_softcap = 0.0,
+                                WeightGradSink* weight_sink = nullptr);
 
 // The materialised path the fused one replaces, kept as the reference: all
 // logits (lm_head_logits), cast to fp32, at::cross_entropy_loss with sum

@@ -18,7 +18,9 @@
 //   selective        L (T (attention + b H + extra) + S scores)   the MLP's input only; MLP recomputed
 //   every layer      T (L - P) b (2H + Q) + T P b H + T (attention + MLP + extra) + S scores:
 //                    L - P layers replayed, P plain; one layer recomputed at a time
-// plus 2 GiB for the head (chunked cross-entropy) and workspaces, and 20% for
+// plus 2 GiB for the head's chunk (the fused cross-entropy's per-chunk logits, about
+// 512 MiB in fp32, and their gradient; the head's weight gradient goes straight into
+// its bucket, which the caller counts with the gradients) and workspaces, and 20% for
 // what the estimate misses.
 #pragma once
 

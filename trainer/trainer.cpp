@@ -253,7 +253,7 @@ StepRecord Run::train_step(const data::TrainStep& ts) {
     optimizer_->wait_for_all_weights();
     before_last();
   }
-  if (grad_sinks_) grad_sinks_->begin_step();
+  if (grad_sinks_) grad_sinks_->begin_step(1.0 / denominator);  // the loss's grad_output below
   for (const auto& mb : ts.micro_batches) {
     if (mb.num_tokens == 0) continue;  // an empty slot at the end of an epoch
     const DeviceBatch b = to_device(mb, device_.device);
@@ -502,9 +502,11 @@ void Run::log_set_up() {
   std::string plan = "memory of this rank after set-up: " + common::gib_text(m["weights_bytes"]) + " weights, " +
                      common::gib_text(m["gradients_bytes"]) +
                      (!lazy                          ? " gradients, "
-                      : reducer_ && reducer_->releases() ? " gradients (not yet: whole buckets in the backward, this rank's "
+                      : reducer_ && reducer_->releases() ? " gradients (not yet: whole buckets in the backward (the head's from "
+                                                           "the loss), this rank's "
                                                            "slices from its reductions to the step), "
-                                                         : " gradients (not yet: held from the first backward to the step), ") +
+                                                         : " gradients (not yet: held from the first backward, the "
+                                                           "head's bucket from the first loss, to the step), ") +
                      common::gib_text(m["optimizer_state_bytes"]) + " optimizer state (" +
                      common::gib_text(m["master_weights_bytes"]) + " master weights" +
                      (optimizer_->split_masters() ? " as 16-bit remainders, " : ", ") +
@@ -572,9 +574,10 @@ void Run::log_adapter() const {
 }
 
 // Gradient bytes not yet allocated after set-up but held when the activations peak (the
-// end of a forward): with lazy storage the first bucket the backward allocates while every
-// activation is still held, or, with several micro-batches, all of them (the later forwards
-// run with the gradients). Resident gradients are allocated already.
+// end of a forward): with lazy storage the first bucket reached while every activation is
+// still held (the head's, which the fused loss writes at the end of the forward; it keeps
+// no other [vocab, hidden] tensor), or, with several micro-batches, all of them (the later
+// forwards run with the gradients). Resident gradients are allocated already.
 int64_t Run::gradients_at_activation_peak() const {
   const optim::FlatGradients& g = optimizer_->flat().gradients();
   if (g.storage() == optim::GradStorage::kResident) return 0;
@@ -627,16 +630,21 @@ void Run::make_optimizer() {
   optimizer_ = std::make_unique<AdamW>(names, params, options, FlatLayout::kDefaultAlignment, dp);
   if (!model_.adapter) {
     // The projection weights' gradients are written by their backward GEMMs into
-    // their slots of the flat gradients (allocated on demand), so those slots are
-    // neither zeroed nor initialised for them.
+    // their slots of the flat gradients (allocated on demand), and the head's by the
+    // fused loss's forward, so those slots are neither zeroed nor initialised for them.
     optim::FlatParameters& flat = optimizer_->flat();
-    grad_sinks_ = std::make_shared<models::GradSinks>(model_.model->projections(), [&flat](const at::Tensor& w) {
+    auto slot_of = [&flat](const at::Tensor& w) {
       const size_t i = flat.index_of(w);
       return models::GradSlot([&flat, i](bool need) {
         return need ? flat.gradients().acquire_view(i) : flat.gradients().view(i);
       });
-    });
+    };
+    grad_sinks_ = std::make_shared<models::GradSinks>(model_.model->projections(), slot_of,
+                                                      &model_.model->head_weight());
     set_model_ops(model_, config_, device_.device, grad_sinks_);
+    models::LossOptions loss = model_.model->loss_options();
+    loss.head_grad_sink = grad_sinks_->head();
+    model_.model->set_loss_options(loss);
     optimizer_->keep_on_zero(grad_sinks_->params());
   }
   if (group_) {

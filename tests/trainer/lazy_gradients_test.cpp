@@ -7,6 +7,7 @@
 
 #include "models/grad_sink_linear.h"
 #include "models/grad_sinks.h"
+#include "models/linear_cross_entropy.h"
 
 #include <c10/core/GradMode.h>
 #include <c10/util/intrusive_ptr.h>
@@ -138,6 +139,49 @@ TEST(TrainLazyGradients, GradientSinksWriteIntoLazyBuckets) {
   };
   const auto lazy = run(GradStorage::kLazy), resident = run(GradStorage::kResident);
   for (size_t s = 0; s < lazy.size(); ++s) EXPECT_TRUE(lazy[s].equal(resident[s])) << s;
+}
+
+// The fused loss's head sink (models::GradSinks::head()) on a tied embedding: the loss writes
+// the slot in its forward (the bucket is allocated there, its kept segment not zeroed), the
+// embedding's backward adds through AccumulateGrad; over micro-batches and steps (one of
+// them supervising nothing) this trains as plain autograd into a resident buffer, to fp32
+// rounding (the sink applies the scale per chunk).
+TEST(TrainLazyGradients, HeadSinkOfATiedEmbeddingTrainsAsPlainAutograd) {
+  auto run = [](bool sink) {
+    at::manual_seed(9);
+    at::Tensor emb = (at::randn({40, 16}) * 0.3).requires_grad_(true), b = at::randn({300}).requires_grad_(true);
+    OptimizerSection o;
+    o.gradient_storage = sink ? GradStorage::kLazy : GradStorage::kResident;
+    DataParallelSpec dp;
+    dp.bucket_elements = sink ? 256 : 0;
+    AdamW opt({"emb", "b"}, {emb, b}, o, FlatLayout::kDefaultAlignment, dp);
+    FlatParameters& flat = opt.flat();
+    models::GradSinks sinks({}, [&flat](const at::Tensor& t) {
+      const size_t i = flat.index_of(t);
+      return models::GradSlot(
+          [&flat, i](bool need) { return need ? flat.gradients().acquire_view(i) : flat.gradients().view(i); });
+    }, sink ? &emb : nullptr);
+    if (sink) opt.keep_on_zero(sinks.params());
+    for (int s = 0; s < 3; ++s) {
+      const double scale = 1.0 / 19.0;
+      sinks.begin_step(scale);
+      for (int k = 0; k < 2; ++k) {
+        const at::Tensor ids = at::randint(40, {12}, at::kLong);
+        at::Tensor targets = at::randint(40, {12}, at::kLong);
+        if (s == 1 && k == 0) targets.fill_(models::kIgnoreIndex);
+        const at::Tensor hidden = at::embedding(emb, ids) * b.narrow(0, 0, 16);
+        const at::Tensor loss =
+            models::linear_cross_entropy(hidden, emb, targets, 1.0, 5, {}, 0.0, sink ? sinks.head() : nullptr);
+        (loss * scale).backward();
+      }
+      sinks.finish_step();
+      opt.grad_norm(1.0);
+      opt.step(1e-2);
+    }
+    return flat.weights().clone();
+  };
+  const at::Tensor sunk = run(true), plain = run(false);
+  EXPECT_LE(((sunk - plain).norm() / plain.norm()).item<double>(), 1e-6);
 }
 
 // A .grad set by hand (no backward) is copied in and released after the step, as before.
