@@ -219,7 +219,8 @@ def report(a):
 
     params = next((r["num_parameters"] for r in ok if r.get("num_parameters")), 0)
     md = [f"Data-parallel training, {SHAPE_NAMES.get(a.shape, a.shape)} shape ({params / 1e9:.2f}B parameters, "
-          f"random init, bf16 weights; fptrain: fp32 masters, optimizer sharded; peer: bf16 AdamW), FLAN-like "
+          f"random init, bf16 weights; fptrain: {'fp32 masters' if a.masters else 'bf16 AdamW'}, optimizer sharded; "
+          f"peer: bf16 AdamW), FLAN-like "
           f"data, flatten mode, 4 examples per GPU per micro-batch, activation checkpointing on every layer; "
           f"{device}, {date}", ""]
     if a.note:
@@ -304,6 +305,8 @@ def main():
     p.add_argument("--note", default="")
     p.add_argument("--shape", default="llama2-7b", help="the throughput runs' model shape (for the title)")
     p.add_argument("--parity-preset", default="llama-1b", help="the parity runs' model (for the title)")
+    p.add_argument("--masters", default="true", type=lambda v: v == "true",
+                   help="fptrain's optimizer.master_weights (true: fp32 masters; false: bf16 AdamW; for the title)")
     p.set_defaults(fn=report)
     a = ap.parse_args()
     a.fn(a)

@@ -257,7 +257,8 @@ fi
 [ "$PART" = parity ] && { echo "== parity done (FPTRAIN_DIST_PART=parity)"; [ $failures -eq 0 ]; exit; }
 echo "== report"
 tools report --out "$OUT" --runs "${results[@]}" "${parity_args[@]}" --parity-tol "$PARITY_TOL" \
-  --gpus "${gpus:-0}" --note "$note" --shape "$SHAPE" --parity-preset "$PARITY_PRESET" || failures=$((failures + 1))
+  --gpus "${gpus:-0}" --note "$note" --shape "$SHAPE" --parity-preset "$PARITY_PRESET" \
+  --masters "$MASTERS" || failures=$((failures + 1))
 echo "== done in $(( $(date +%s) - start_all )) s"
 if [ $multi -eq 0 ]; then
   echo "NOTE: $note (exit 0; $failures failed run(s) listed above)"; exit 0
