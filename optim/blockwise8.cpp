@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -55,6 +56,44 @@ const CodeBooks& code_books() {
   return books;
 }
 
+namespace {
+
+float from_order_key(uint32_t key) {
+  const uint32_t u = (key >> 31) != 0u ? key & 0x7fffffffu : ~key;
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+}  // namespace
+
+// Why the code never decreases as x grows: take x1 < x2. While their comparisons with the
+// pivots agree they follow one path; if they end on it, each final choice (upper, pivot or
+// lower against a midpoint) is a threshold on x with lower <= pivot <= upper. If they part
+// at pivot q (x1 <= book[q] < x2), every code x1 can still end on is <= q (later pivots
+// are below q, its last upper is q or below) and every code of x2 is >= q. A NaN compares
+// false everywhere: code 0 whichever run it is in (runs mixing NaNs with a different code
+// are searched).
+CodeLookup::CodeLookup(const float* book, bool is_signed)
+    : book_(book), is_signed_(is_signed), code_(size_t{1} << 16), searched_(size_t{1} << 16) {
+  for (uint32_t run = 0; run < (1u << 16); ++run) {
+    const uint8_t first = nearest_code(book, from_order_key(run << 16), is_signed);
+    const uint8_t last = nearest_code(book, from_order_key(run << 16 | 0xffffu), is_signed);
+    code_[run] = first;
+    searched_[run] = first != last;
+  }
+}
+
+const CodeLookup& exp_avg_lookup() {
+  static const CodeLookup lookup(code_books().exp_avg, true);
+  return lookup;
+}
+
+const CodeLookup& exp_avg_sq_lookup() {
+  static const CodeLookup lookup(code_books().exp_avg_sq, false);
+  return lookup;
+}
+
 std::pair<at::Tensor, at::Tensor> quantize(const at::Tensor& values, bool exp_avg) {
   if (values.dim() != 1 || values.scalar_type() != at::kFloat)
     throw std::invalid_argument("blockwise8::quantize: expected a 1-D fp32 tensor");
@@ -65,7 +104,7 @@ std::pair<at::Tensor, at::Tensor> quantize(const at::Tensor& values, bool exp_av
   const float* src = x.data_ptr<float>();
   uint8_t* c = codes.data_ptr<uint8_t>();
   float* a = absmax.data_ptr<float>();
-  const float* book = exp_avg ? code_books().exp_avg : code_books().exp_avg_sq;
+  const CodeLookup& lookup = exp_avg ? exp_avg_lookup() : exp_avg_sq_lookup();
   at::parallel_for(0, blocks, 64, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t lo = b * kBlock, hi = std::min(n, lo + kBlock);
@@ -73,7 +112,7 @@ std::pair<at::Tensor, at::Tensor> quantize(const at::Tensor& values, bool exp_av
       for (int64_t i = lo; i < hi; ++i) top = max_abs(top, src[i]);
       a[b] = top;
       for (int64_t i = lo; i < hi; ++i)
-        c[i] = exp_avg ? quantize_signed(book, src[i], top) : quantize_unsigned(book, src[i], top);
+        c[i] = exp_avg ? lookup.quantize_signed(src[i], top) : lookup.quantize_unsigned(src[i], top);
     }
   });
   return {codes.to(values.device()), absmax.to(values.device())};

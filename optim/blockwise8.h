@@ -8,7 +8,9 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdint>
 #include <utility>
+#include <vector>
 
 namespace fptrain::optim::blockwise8 {
 
@@ -17,6 +19,38 @@ namespace fptrain::optim::blockwise8 {
 at::Tensor dynamic_map(bool is_signed);
 // Both books as AdamW8bit uses them (signed for exp_avg, unsigned for exp_avg_sq), made once.
 const CodeBooks& code_books();
+
+// nearest_code() by table, for the CPU step (the search's seven data-dependent steps were
+// three quarters of its time, 2026-11-27). The search is a bisection whose every decision
+// is a comparison of x, so its code never decreases as x grows (blockwise8.cpp): each run
+// of 2^16 consecutive floats (in value order) whose ends get the same code gets that code
+// throughout, and the few runs that hold a step of the code are searched as before. The
+// same code for every float, NaN included.
+class CodeLookup {
+ public:
+  CodeLookup(const float* book, bool is_signed);
+  uint8_t nearest(float x) const {
+    const uint32_t run = order_key(x) >> 16;
+    return searched_[run] ? nearest_code(book_, x, is_signed_) : code_[run];
+  }
+  // Moments as the step stores them: exp_avg with its sign kept, exp_avg_sq as is.
+  uint8_t quantize_signed(float m, float absmax) const { return keep_sign(book_, nearest(f_div(m, absmax)), m); }
+  uint8_t quantize_unsigned(float v, float absmax) const { return nearest(f_div(v, absmax)); }
+
+  // Float bits mapped so that unsigned order is value order (-0 just below +0; NaNs at the ends).
+  static uint32_t order_key(float x) {
+    const uint32_t u = f_bits(x);
+    return (u >> 31) != 0u ? ~u : u | 0x80000000u;
+  }
+
+ private:
+  const float* book_;
+  bool is_signed_;
+  std::vector<uint8_t> code_, searched_;  // per run of 2^16 keys
+};
+// The lookups of code_books(), made once.
+const CodeLookup& exp_avg_lookup();
+const CodeLookup& exp_avg_sq_lookup();
 
 // Codes (uint8 [n]) and one absmax per kBlock elements (fp32 [ceil(n / kBlock)], the last
 // over the elements present) of a 1-D fp32 tensor, on its device: what the step stores for

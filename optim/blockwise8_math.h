@@ -117,10 +117,12 @@ FPTRAIN_FLAT_HD uint8_t nearest_code(const float* book, float x, bool is_signed)
 
 // exp_avg's code: the nearest, moved one code toward the value's sign when the code's
 // sign differs (bitsandbytes keeps the first moment's sign; uint8 wraps as there).
-FPTRAIN_FLAT_HD uint8_t quantize_signed(const float* book, float m, float absmax) {
-  uint8_t c = nearest_code(book, f_div(m, absmax), true);
+FPTRAIN_FLAT_HD uint8_t keep_sign(const float* book, uint8_t c, float m) {
   if (sign_bit(book[c]) != sign_bit(m)) c = static_cast<uint8_t>(m > 0.0f ? c + 1 : c - 1);
   return c;
+}
+FPTRAIN_FLAT_HD uint8_t quantize_signed(const float* book, float m, float absmax) {
+  return keep_sign(book, nearest_code(book, f_div(m, absmax), true), m);
 }
 FPTRAIN_FLAT_HD uint8_t quantize_unsigned(const float* book, float v, float absmax) {
   return nearest_code(book, f_div(v, absmax), false);

@@ -98,6 +98,7 @@ void cpu_step8(const at::Tensor& weights, const at::Tensor& master, const Moment
   const float* acc = accum.defined() ? accum.data_ptr<float>() : nullptr;
   const float c = coef.defined() ? coef.data_ptr<float>()[0] : 1.0f;
   const blockwise8::CodeBooks& books = blockwise8::code_books();
+  const blockwise8::CodeLookup &m_codes = blockwise8::exp_avg_lookup(), &v_codes = blockwise8::exp_avg_sq_lookup();
   at::parallel_for(0, grads.numel() / kBlock, kBlockGrain, [&](int64_t b0, int64_t b1) {
     float m[kBlock], v[kBlock];
     bool live[kBlock];
@@ -116,8 +117,8 @@ void cpu_step8(const at::Tensor& weights, const at::Tensor& master, const Moment
       va[b] = v_max;
       for (int64_t k = 0; k < kBlock; ++k) {
         if (live[k]) w.update(base + k, m[k], v[k], s);
-        mc[base + k] = blockwise8::quantize_signed(books.exp_avg, m[k], m_max);
-        vc[base + k] = blockwise8::quantize_unsigned(books.exp_avg_sq, v[k], v_max);
+        mc[base + k] = m_codes.quantize_signed(m[k], m_max);
+        vc[base + k] = v_codes.quantize_unsigned(v[k], v_max);
       }
     }
   });

@@ -11,7 +11,11 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include <cfloat>
+#include <cmath>
+#include <cstring>
 #include <memory>
+#include <random>
 
 namespace fptrain::optim {
 namespace {
@@ -76,6 +80,47 @@ TEST(Blockwise8, QuantisationMatchesBitsandbytesAndTheKernelsSearch) {
   const auto [codes, absmax] = blockwise8::quantize(in, false);
   expect_bitwise(blockwise8::dequantize(codes.narrow(0, 300, 600), absmax.narrow(0, 1, 3), false, 300 - kBlock),
                  blockwise8::dequantize(codes, absmax, false).narrow(0, 300, 600), "piece");
+}
+
+float from_key(uint32_t key) {
+  const uint32_t u = (key >> 31) != 0u ? key & 0x7fffffffu : ~key;
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+// The table gives the search's code for every float: checked where the runs meet (the first
+// and last 4 keys of each of the 65,536 runs: every step of the code lies in a searched run,
+// so a wrong table entry shows at a run's ends), at 4 million random bit patterns, at each
+// book value and each midpoint of neighbours (and their neighbours in fp32), and at the specials.
+TEST(Blockwise8, CodeLookupGivesTheSearchsCodeForEveryFloat) {
+  const blockwise8::CodeBooks& b = blockwise8::code_books();
+  for (const bool exp_avg : {true, false}) {
+    SCOPED_TRACE(exp_avg ? "exp_avg" : "exp_avg_sq");
+    const float* book = exp_avg ? b.exp_avg : b.exp_avg_sq;
+    const blockwise8::CodeLookup& lookup = exp_avg ? blockwise8::exp_avg_lookup() : blockwise8::exp_avg_sq_lookup();
+    int64_t wrong = 0, checked = 0;
+    auto check = [&](float x) {
+      ++checked;
+      if (lookup.nearest(x) != blockwise8::nearest_code(book, x, exp_avg) && ++wrong <= 5)
+        ADD_FAILURE() << "x = " << x << " (bits " << std::hex << blockwise8::f_bits(x) << std::dec << ")";
+    };
+    for (uint32_t run = 0; run < (1u << 16); ++run)
+      for (uint32_t k = 0; k < 4; ++k) {
+        check(from_key(run << 16 | k));
+        check(from_key(run << 16 | (0xffffu - k)));
+      }
+    std::mt19937 gen(7);
+    for (int i = 0; i < (1 << 22); ++i) check(from_key(static_cast<uint32_t>(gen())));
+    for (int c = 0; c < blockwise8::kCodes; ++c) {
+      const float mid = c + 1 < blockwise8::kCodes ? (book[c] + book[c + 1]) * 0.5f : 1.0f;
+      for (const float x : {book[c], mid})
+        for (const float y : {std::nextafter(x, -2.0f), x, std::nextafter(x, 2.0f), -x}) check(y);
+    }
+    for (const float x : {0.0f, -0.0f, 1.0f, -1.0f, FLT_MIN, -FLT_MIN, FLT_MAX, -FLT_MAX, INFINITY, -INFINITY, NAN, -NAN})
+      check(x);
+    EXPECT_EQ(wrong, 0) << "of " << checked;
+  }
 }
 
 enum class Form { kFp32, kMaster, kSplit, kBf16 };
