@@ -122,35 +122,68 @@ void cpu_grad_norm(const std::vector<CpuPiece<P>>& pieces, const float* acc, int
   coef.data_ptr<float>()[0] = clip_coefficient(n2, static_cast<float>(max_norm));
 }
 
+// One call's buffers (the lambda of cpu_step captured them before).
+template <typename P, Masters kM>
+struct StepBuffers {
+  using M = std::conditional_t<kM != Masters::kNone, float, P>;
+  P* w_model;
+  float* w_master;
+  uint16_t* remainder;
+  M *m_ptr, *v_ptr;
+  const P* g_ptr;
+  const float* acc;
+  float c;
+  AdamWScalars s;
+};
+
+template <typename P, Masters kM>
+FPTRAIN_CPU_BODY void step_range(const StepBuffers<P, kM>& a, int64_t begin, int64_t end) {
+  using M = typename StepBuffers<P, kM>::M;
+  for (int64_t i = begin; i < end; ++i) {
+    const float graw = static_cast<float>(a.g_ptr[i]);
+    const float g = a.acc ? effective_grad(a.acc[i], graw, a.c) : effective_grad(graw, a.c);
+    float w;
+    if constexpr (kM == Masters::kFp32) w = a.w_master[i];
+    else if constexpr (kM == Masters::kSplit) w = join_master(a.w_model[i].x, a.remainder[i]);
+    else w = static_cast<float>(a.w_model[i]);
+    float m = static_cast<float>(a.m_ptr[i]), v = static_cast<float>(a.v_ptr[i]);
+    adamw_element(g, w, m, v, a.s);
+    a.m_ptr[i] = static_cast<M>(m);
+    a.v_ptr[i] = static_cast<M>(v);
+    if constexpr (kM == Masters::kFp32) a.w_master[i] = w;
+    if constexpr (kM == Masters::kSplit) a.remainder[i] = master_remainder(w);
+    a.w_model[i] = kM == Masters::kNone ? static_cast<P>(w) : model_copy<P>(w);
+  }
+}
+
+template <typename P, Masters kM>
+FPTRAIN_CPU_FMA void step_range_fma(const StepBuffers<P, kM>& a, int64_t begin, int64_t end) {
+  step_range(a, begin, end);
+}
+
+template <typename P, Masters kM>
+void step_range_baseline(const StepBuffers<P, kM>& a, int64_t begin, int64_t end) {
+  step_range(a, begin, end);
+}
+
 template <typename P, Masters kM>
 void cpu_step(const at::Tensor& weights, const at::Tensor& master, const at::Tensor& exp_avg,
               const at::Tensor& exp_avg_sq, const at::Tensor& grads, const at::Tensor& accum, const at::Tensor& coef,
               const AdamWScalars& s) {
-  using M = std::conditional_t<kM != Masters::kNone, float, P>;
-  P* w_model = weights.data_ptr<P>();
-  float* w_master = kM == Masters::kFp32 ? master.data_ptr<float>() : nullptr;
-  uint16_t* remainder = kM == Masters::kSplit ? reinterpret_cast<uint16_t*>(master.data_ptr<int16_t>()) : nullptr;
-  M* m_ptr = exp_avg.data_ptr<M>();
-  M* v_ptr = exp_avg_sq.data_ptr<M>();
-  const P* g_ptr = grads.data_ptr<P>();
-  const float* acc = accum.defined() ? accum.data_ptr<float>() : nullptr;
-  const float c = coef.defined() ? coef.data_ptr<float>()[0] : 1.0f;
+  using M = typename StepBuffers<P, kM>::M;
+  const StepBuffers<P, kM> a{weights.data_ptr<P>(),
+                             kM == Masters::kFp32 ? master.data_ptr<float>() : nullptr,
+                             kM == Masters::kSplit ? reinterpret_cast<uint16_t*>(master.data_ptr<int16_t>()) : nullptr,
+                             exp_avg.data_ptr<M>(),
+                             exp_avg_sq.data_ptr<M>(),
+                             grads.data_ptr<P>(),
+                             accum.defined() ? accum.data_ptr<float>() : nullptr,
+                             coef.defined() ? coef.data_ptr<float>()[0] : 1.0f,
+                             s};
+  const bool fma = cpu_fma();
   at::parallel_for(0, weights.numel(), kStepGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const float graw = static_cast<float>(g_ptr[i]);
-      const float g = acc ? effective_grad(acc[i], graw, c) : effective_grad(graw, c);
-      float w;
-      if constexpr (kM == Masters::kFp32) w = w_master[i];
-      else if constexpr (kM == Masters::kSplit) w = join_master(w_model[i].x, remainder[i]);
-      else w = static_cast<float>(w_model[i]);
-      float m = static_cast<float>(m_ptr[i]), v = static_cast<float>(v_ptr[i]);
-      adamw_element(g, w, m, v, s);
-      m_ptr[i] = static_cast<M>(m);
-      v_ptr[i] = static_cast<M>(v);
-      if constexpr (kM == Masters::kFp32) w_master[i] = w;
-      if constexpr (kM == Masters::kSplit) remainder[i] = master_remainder(w);
-      w_model[i] = kM == Masters::kNone ? static_cast<P>(w) : model_copy<P>(w);
-    }
+    if (fma) step_range_fma(a, begin, end);
+    else step_range_baseline(a, begin, end);
   });
 }
 

@@ -85,42 +85,71 @@ struct WeightAccess {
   }
 };
 
+// One call's buffers (the lambda of cpu_step8 captured them before).
+template <typename P, Masters kM>
+struct Step8 {
+  WeightAccess<P, kM> w;
+  uint8_t *mc, *vc;
+  float *ma, *va;
+  const P* g;
+  const float* acc;
+  float c;
+  const blockwise8::CodeBooks* books;
+  const blockwise8::CodeLookup *m_codes, *v_codes;
+  blockwise8::Scalars s;
+};
+
+template <typename P, Masters kM>
+FPTRAIN_CPU_BODY void step8_blocks(const Step8<P, kM>& a, int64_t b0, int64_t b1) {
+  float m[kBlock], v[kBlock];
+  bool live[kBlock];
+  for (int64_t b = b0; b < b1; ++b) {
+    const int64_t base = b * kBlock;
+    float m_max = -FLT_MAX, v_max = -FLT_MAX;  // bitsandbytes' fold
+    for (int64_t k = 0; k < kBlock; ++k) {
+      const int64_t i = base + k;
+      const float graw = a.acc ? f_add(a.acc[i], static_cast<float>(a.g[i])) : static_cast<float>(a.g[i]);
+      live[k] = blockwise8::update_moments(graw, a.c, blockwise8::dequantize(a.books->exp_avg, a.mc[i], a.ma[b]),
+                                           blockwise8::dequantize(a.books->exp_avg_sq, a.vc[i], a.va[b]), m[k], v[k],
+                                           a.s);
+      m_max = blockwise8::max_abs(m_max, m[k]);
+      v_max = blockwise8::max_abs(v_max, v[k]);
+    }
+    a.ma[b] = m_max;
+    a.va[b] = v_max;
+    for (int64_t k = 0; k < kBlock; ++k) {
+      if (live[k]) a.w.update(base + k, m[k], v[k], a.s);
+      a.mc[base + k] = a.m_codes->quantize_signed(m[k], m_max);
+      a.vc[base + k] = a.v_codes->quantize_unsigned(v[k], v_max);
+    }
+  }
+}
+
+template <typename P, Masters kM>
+FPTRAIN_CPU_FMA void step8_blocks_fma(const Step8<P, kM>& a, int64_t b0, int64_t b1) {
+  step8_blocks(a, b0, b1);
+}
+
+template <typename P, Masters kM>
+void step8_blocks_baseline(const Step8<P, kM>& a, int64_t b0, int64_t b1) {
+  step8_blocks(a, b0, b1);
+}
+
 template <typename P, Masters kM>
 void cpu_step8(const at::Tensor& weights, const at::Tensor& master, const Moments8bit& q, const at::Tensor& grads,
                const at::Tensor& accum, const at::Tensor& coef, const blockwise8::Scalars& s) {
-  WeightAccess<P, kM> w{weights.data_ptr<P>(), kM == Masters::kFp32 ? master.data_ptr<float>() : nullptr,
-                        kM == Masters::kSplit ? reinterpret_cast<uint16_t*>(master.data_ptr<int16_t>()) : nullptr};
-  uint8_t* mc = q.exp_avg.data_ptr<uint8_t>();
-  uint8_t* vc = q.exp_avg_sq.data_ptr<uint8_t>();
-  float* ma = q.exp_avg_absmax.data_ptr<float>();
-  float* va = q.exp_avg_sq_absmax.data_ptr<float>();
-  const P* g = grads.data_ptr<P>();
-  const float* acc = accum.defined() ? accum.data_ptr<float>() : nullptr;
-  const float c = coef.defined() ? coef.data_ptr<float>()[0] : 1.0f;
-  const blockwise8::CodeBooks& books = blockwise8::code_books();
-  const blockwise8::CodeLookup &m_codes = blockwise8::exp_avg_lookup(), &v_codes = blockwise8::exp_avg_sq_lookup();
+  const Step8<P, kM> a{
+      {weights.data_ptr<P>(), kM == Masters::kFp32 ? master.data_ptr<float>() : nullptr,
+       kM == Masters::kSplit ? reinterpret_cast<uint16_t*>(master.data_ptr<int16_t>()) : nullptr},
+      q.exp_avg.data_ptr<uint8_t>(), q.exp_avg_sq.data_ptr<uint8_t>(),
+      q.exp_avg_absmax.data_ptr<float>(), q.exp_avg_sq_absmax.data_ptr<float>(),
+      grads.data_ptr<P>(), accum.defined() ? accum.data_ptr<float>() : nullptr,
+      coef.defined() ? coef.data_ptr<float>()[0] : 1.0f,
+      &blockwise8::code_books(), &blockwise8::exp_avg_lookup(), &blockwise8::exp_avg_sq_lookup(), s};
+  const bool fma = cpu_fma();
   at::parallel_for(0, grads.numel() / kBlock, kBlockGrain, [&](int64_t b0, int64_t b1) {
-    float m[kBlock], v[kBlock];
-    bool live[kBlock];
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t base = b * kBlock;
-      float m_max = -FLT_MAX, v_max = -FLT_MAX;  // bitsandbytes' fold
-      for (int64_t k = 0; k < kBlock; ++k) {
-        const int64_t i = base + k;
-        const float graw = acc ? f_add(acc[i], static_cast<float>(g[i])) : static_cast<float>(g[i]);
-        live[k] = blockwise8::update_moments(graw, c, blockwise8::dequantize(books.exp_avg, mc[i], ma[b]),
-                                             blockwise8::dequantize(books.exp_avg_sq, vc[i], va[b]), m[k], v[k], s);
-        m_max = blockwise8::max_abs(m_max, m[k]);
-        v_max = blockwise8::max_abs(v_max, v[k]);
-      }
-      ma[b] = m_max;
-      va[b] = v_max;
-      for (int64_t k = 0; k < kBlock; ++k) {
-        if (live[k]) w.update(base + k, m[k], v[k], s);
-        mc[base + k] = m_codes.quantize_signed(m[k], m_max);
-        vc[base + k] = v_codes.quantize_unsigned(v[k], v_max);
-      }
-    }
+    if (fma) step8_blocks_fma(a, b0, b1);
+    else step8_blocks_baseline(a, b0, b1);
   });
 }
 
