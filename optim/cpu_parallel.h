@@ -6,9 +6,10 @@
 // CMakeLists.txt compiles every LibTorch user with it.
 //
 // FMA: the build targets baseline x86-64, where std::fma is a call into libm (and the
-// loops stay scalar). A loop body marked FPTRAIN_CPU_BODY is compiled twice, once inside a
-// function for CPUs with AVX2 and FMA (one fused instruction, vector loops) and once for
-// the rest; cpu_fma() picks at run time. The same IEEE operations either way: the same bits.
+// loops stay scalar). parallel_for_fma() compiles its body twice, once inside a function
+// for CPUs with AVX2 and FMA (one fused instruction, vector loops) and once for the rest,
+// and picks by cpu_fma() at run time. The body and what it calls must inline into both
+// (FPTRAIN_CPU_BODY, FPTRAIN_CPU_LAMBDA). The same IEEE operations either way: the same bits.
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -21,9 +22,11 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define FPTRAIN_CPU_BODY inline __attribute__((always_inline))
+#define FPTRAIN_CPU_LAMBDA __attribute__((always_inline))
 #define FPTRAIN_CPU_FMA __attribute__((target("avx2,fma")))
 #else
 #define FPTRAIN_CPU_BODY inline
+#define FPTRAIN_CPU_LAMBDA
 #define FPTRAIN_CPU_FMA
 #endif
 
@@ -44,6 +47,26 @@ inline bool cpu_fma() {
 #else
   return false;
 #endif
+}
+
+template <typename Body>
+FPTRAIN_CPU_FMA void run_body_fma(const Body& body, int64_t begin, int64_t end) {
+  body(begin, end);
+}
+
+template <typename Body>
+void run_body_baseline(const Body& body, int64_t begin, int64_t end) {
+  body(begin, end);
+}
+
+// at::parallel_for with `body` (an FPTRAIN_CPU_LAMBDA) compiled for this CPU's FMA or not.
+template <typename Body>
+void parallel_for_fma(int64_t begin, int64_t end, int64_t grain, const Body& body) {
+  const bool fma = cpu_fma();
+  at::parallel_for(begin, end, grain, [&](int64_t b, int64_t e) {
+    if (fma) run_body_fma(body, b, e);
+    else run_body_baseline(body, b, e);
+  });
 }
 
 }  // namespace fptrain::optim

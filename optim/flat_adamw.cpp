@@ -157,16 +157,6 @@ FPTRAIN_CPU_BODY void step_range(const StepBuffers<P, kM>& a, int64_t begin, int
 }
 
 template <typename P, Masters kM>
-FPTRAIN_CPU_FMA void step_range_fma(const StepBuffers<P, kM>& a, int64_t begin, int64_t end) {
-  step_range(a, begin, end);
-}
-
-template <typename P, Masters kM>
-void step_range_baseline(const StepBuffers<P, kM>& a, int64_t begin, int64_t end) {
-  step_range(a, begin, end);
-}
-
-template <typename P, Masters kM>
 void cpu_step(const at::Tensor& weights, const at::Tensor& master, const at::Tensor& exp_avg,
               const at::Tensor& exp_avg_sq, const at::Tensor& grads, const at::Tensor& accum, const at::Tensor& coef,
               const AdamWScalars& s) {
@@ -180,11 +170,8 @@ void cpu_step(const at::Tensor& weights, const at::Tensor& master, const at::Ten
                              accum.defined() ? accum.data_ptr<float>() : nullptr,
                              coef.defined() ? coef.data_ptr<float>()[0] : 1.0f,
                              s};
-  const bool fma = cpu_fma();
-  at::parallel_for(0, weights.numel(), kStepGrain, [&](int64_t begin, int64_t end) {
-    if (fma) step_range_fma(a, begin, end);
-    else step_range_baseline(a, begin, end);
-  });
+  parallel_for_fma(0, weights.numel(), kStepGrain,
+                   [&](int64_t begin, int64_t end) FPTRAIN_CPU_LAMBDA { step_range(a, begin, end); });
 }
 
 template <typename P>

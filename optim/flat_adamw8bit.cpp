@@ -126,16 +126,6 @@ FPTRAIN_CPU_BODY void step8_blocks(const Step8<P, kM>& a, int64_t b0, int64_t b1
 }
 
 template <typename P, Masters kM>
-FPTRAIN_CPU_FMA void step8_blocks_fma(const Step8<P, kM>& a, int64_t b0, int64_t b1) {
-  step8_blocks(a, b0, b1);
-}
-
-template <typename P, Masters kM>
-void step8_blocks_baseline(const Step8<P, kM>& a, int64_t b0, int64_t b1) {
-  step8_blocks(a, b0, b1);
-}
-
-template <typename P, Masters kM>
 void cpu_step8(const at::Tensor& weights, const at::Tensor& master, const Moments8bit& q, const at::Tensor& grads,
                const at::Tensor& accum, const at::Tensor& coef, const blockwise8::Scalars& s) {
   const Step8<P, kM> a{
@@ -146,11 +136,8 @@ void cpu_step8(const at::Tensor& weights, const at::Tensor& master, const Moment
       grads.data_ptr<P>(), accum.defined() ? accum.data_ptr<float>() : nullptr,
       coef.defined() ? coef.data_ptr<float>()[0] : 1.0f,
       &blockwise8::code_books(), &blockwise8::exp_avg_lookup(), &blockwise8::exp_avg_sq_lookup(), s};
-  const bool fma = cpu_fma();
-  at::parallel_for(0, grads.numel() / kBlock, kBlockGrain, [&](int64_t b0, int64_t b1) {
-    if (fma) step8_blocks_fma(a, b0, b1);
-    else step8_blocks_baseline(a, b0, b1);
-  });
+  parallel_for_fma(0, grads.numel() / kBlock, kBlockGrain,
+                   [&](int64_t b0, int64_t b1) FPTRAIN_CPU_LAMBDA { step8_blocks(a, b0, b1); });
 }
 
 }  // namespace
