@@ -56,16 +56,12 @@ const CodeBooks& code_books() {
   return books;
 }
 
-namespace {
-
-float from_order_key(uint32_t key) {
+float CodeLookup::from_order_key(uint32_t key) {
   const uint32_t u = (key >> 31) != 0u ? key & 0x7fffffffu : ~key;
   float x;
   std::memcpy(&x, &u, sizeof x);
   return x;
 }
-
-}  // namespace
 
 // Why the code never decreases as x grows: take x1 < x2. While their comparisons with the
 // pivots agree they follow one path; if they end on it, each final choice (upper, pivot or

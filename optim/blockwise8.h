@@ -42,6 +42,7 @@ class CodeLookup {
     const uint32_t u = f_bits(x);
     return (u >> 31) != 0u ? ~u : u | 0x80000000u;
   }
+  static float from_order_key(uint32_t key);
 
  private:
   const float* book_;

@@ -13,7 +13,6 @@
 
 #include <cfloat>
 #include <cmath>
-#include <cstring>
 #include <memory>
 #include <random>
 
@@ -82,13 +81,6 @@ TEST(Blockwise8, QuantisationMatchesBitsandbytesAndTheKernelsSearch) {
                  blockwise8::dequantize(codes, absmax, false).narrow(0, 300, 600), "piece");
 }
 
-float from_key(uint32_t key) {
-  const uint32_t u = (key >> 31) != 0u ? key & 0x7fffffffu : ~key;
-  float x;
-  std::memcpy(&x, &u, sizeof x);
-  return x;
-}
-
 // The table gives the search's code for every float: checked where the runs meet (the first
 // and last 4 keys of each of the 65,536 runs: every step of the code lies in a searched run,
 // so a wrong table entry shows at a run's ends), at 4 million random bit patterns, at each
@@ -105,13 +97,20 @@ TEST(Blockwise8, CodeLookupGivesTheSearchsCodeForEveryFloat) {
       if (lookup.nearest(x) != blockwise8::nearest_code(book, x, exp_avg) && ++wrong <= 5)
         ADD_FAILURE() << "x = " << x << " (bits " << std::hex << blockwise8::f_bits(x) << std::dec << ")";
     };
+    using L = blockwise8::CodeLookup;
+    for (uint32_t run = 0; run < (1u << 16); ++run) {  // the key map is a bijection that keeps value order
+      const uint32_t key = run << 16 | 0x8000u;
+      ASSERT_EQ(L::order_key(L::from_order_key(key)), key);
+      const float a = L::from_order_key(key), b = L::from_order_key(key + 1);
+      if (!std::isnan(a) && !std::isnan(b)) ASSERT_TRUE(a < b || (a == 0.0f && b == 0.0f)) << key;
+    }
     for (uint32_t run = 0; run < (1u << 16); ++run)
       for (uint32_t k = 0; k < 4; ++k) {
-        check(from_key(run << 16 | k));
-        check(from_key(run << 16 | (0xffffu - k)));
+        check(L::from_order_key(run << 16 | k));
+        check(L::from_order_key(run << 16 | (0xffffu - k)));
       }
     std::mt19937 gen(7);
-    for (int i = 0; i < (1 << 22); ++i) check(from_key(static_cast<uint32_t>(gen())));
+    for (int i = 0; i < (1 << 22); ++i) check(L::from_order_key(static_cast<uint32_t>(gen())));
     for (int c = 0; c < blockwise8::kCodes; ++c) {
       const float mid = c + 1 < blockwise8::kCodes ? (book[c] + book[c + 1]) * 0.5f : 1.0f;
       for (const float x : {book[c], mid})
