@@ -25,8 +25,10 @@
 // backward is leaner than autograd's graph of the ATen ops: RMSNorm keeps its
 // input (the residual sum, an output anyway) and one fp32 per row instead of an
 // fp32 copy of the input plus the normalised value; SwiGLU keeps gate and up,
-// not silu(gate) as well; RoPE keeps only the tables. First derivatives only
-// (no double backward).
+// not silu(gate) as well, and on CUDA writes their gradients over them when they
+// are intermediates of the graph (Liger's saving; a leaf is never written);
+// RoPE keeps only the tables. First derivatives only (no double backward, no
+// second backward through a SwiGLU that wrote over its inputs).
 #pragma once
 
 #include "models/rope.h"

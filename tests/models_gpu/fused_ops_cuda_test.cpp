@@ -361,6 +361,37 @@ TEST(FusedSwigluCuda, MatchesTheReferenceForwardAndBackward) {
   worst.print("fused_swiglu");
 }
 
+// Inputs that are intermediates of the graph receive their gradients in place (Liger's saving):
+// the same gradients as fresh buffers give, the intermediate's memory holds them afterwards, a
+// second backward through the graph fails loudly, and a leaf input is never written.
+TEST(FusedSwigluCuda, WritesGradientsOverIntermediateInputsOnly) {
+  REQUIRE_FUSED_KERNELS();
+  at::manual_seed(5);
+  const int64_t T = 777, I = 1000;
+  for (bool packed : {false, true}) {
+    SCOPED_TRACE(packed ? "packed" : "separate");
+    const Tensors in = packed ? Tensors{randn({T, 2 * I}, at::kBFloat16, 2.0)}
+                              : Tensors{randn({T, I}, at::kBFloat16, 2.0), randn({T, I}, at::kBFloat16)};
+    const at::Tensor up = randn({T, I}, at::kBFloat16);
+    auto op = [&](const Tensors& x) {
+      return packed ? fused_swiglu_packed(x[0], FusedPath::kCuda) : fused_swiglu(x[0], x[1], FusedPath::kCuda);
+    };
+    const Tensors fresh_leaves = leaves(in), copies = leaves(in), scratch_leaves = leaves(in);
+    const Tensors fresh = grads_of({op(fresh_leaves)}, {up}, fresh_leaves);
+    for (size_t i = 0; i < in.size(); ++i) EXPECT_TRUE(at::equal(fresh_leaves[i], copies[i]));  // leaves: untouched
+
+    Tensors scratch;  // intermediates: leaf * 1 (exact)
+    for (const at::Tensor& t : scratch_leaves) scratch.push_back(t * 1.0);
+    const at::Tensor out = op(scratch);
+    torch::autograd::backward({out}, {up}, /*retain_graph=*/true);
+    for (size_t i = 0; i < in.size(); ++i) {
+      EXPECT_TRUE(at::equal(scratch_leaves[i].grad(), fresh[i])) << "input " << i;
+      EXPECT_TRUE(at::equal(scratch[i], fresh[i])) << "input " << i << " does not hold its gradient";
+    }
+    EXPECT_THROW(torch::autograd::backward({out}, {up}), c10::Error);
+  }
+}
+
 // ---- GELU-tanh gating (Gemma) ------------------------------------------------------------
 
 TEST(FusedGegluCuda, MatchesTheAtenCompositionForwardAndBackward) {
