@@ -1,5 +1,6 @@
 #include "models/aten_ops.h"
 
+#include "models/grad_sink_embedding.h"
 #include "models/grad_sinks.h"
 #include "models/rms_norm.h"
 
@@ -7,6 +8,10 @@ namespace fptrain::models {
 
 AtenOps::AtenOps(attention::Backend backend, std::shared_ptr<GradSinks> sinks)
     : backend_(backend), sinks_(std::move(sinks)) {}
+
+at::Tensor AtenOps::embed(const at::Tensor& weight, const at::Tensor& ids, int64_t padding_idx) const {
+  return sink_embedding(weight, ids, padding_idx, sinks_ ? sinks_->embedding() : nullptr);
+}
 
 at::Tensor AtenOps::norm(const at::Tensor& x, const at::Tensor& weight, double eps) const {
   return rms_norm(x, weight, eps);

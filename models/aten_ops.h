@@ -10,6 +10,7 @@ class AtenOps : public DecoderOps {
  public:
   AtenOps(attention::Backend backend, std::shared_ptr<GradSinks> sinks);
 
+  at::Tensor embed(const at::Tensor& weight, const at::Tensor& ids, int64_t padding_idx) const override;
   at::Tensor norm(const at::Tensor& x, const at::Tensor& weight, double eps) const override;
   AddRmsNormOutput add_norm(const at::Tensor& residual, const at::Tensor& update, const at::Tensor& weight,
                             double eps, double scale) const override;

@@ -192,7 +192,7 @@ at::Tensor CausalLM::hidden_states(const PackedInput& in) const {
   if (before_stage_) before_stage_(-1);
   // padding_idx as transformers' nn.Embedding(vocab, hidden, pad_token_id): the
   // pad token's row gets no gradient where the text holds that token.
-  at::Tensor x = at::embedding(embed, in.input_ids, config_.pad_token_id.value_or(-1));  // [T, hidden]
+  at::Tensor x = ops.embed(embed, in.input_ids, config_.pad_token_id.value_or(-1));  // [T, hidden]
   if (config_.embedding_multiplier != 1.0) x = x * config_.embedding_multiplier;
   // Gemma: sqrt(hidden) as an fp32 scalar, rounded to the model dtype, then the product.
   if (config_.gemma)
@@ -273,6 +273,8 @@ at::Tensor CausalLM::mlp(const LayerWeights& w, const at::Tensor& x, const Decod
   const std::vector<at::Tensor> gate_up = ops.linear_group(x, {&w.gate, &w.up});
   return ops.linear(ops.gated_activation(gate_up[0], gate_up[1]), w.down);
 }
+
+const at::Tensor& CausalLM::embedding_weight() const { return weight("model.embed_tokens.weight"); }
 
 const at::Tensor& CausalLM::head_weight() const {
   return weight(config_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");

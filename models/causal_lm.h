@@ -80,6 +80,7 @@ class CausalLM {
   // Every projection of the decoder (layer by layer, in parameter order; slot = index).
   std::vector<Projection> projections() const;
   const at::Tensor& head_weight() const;  // lm_head, or the tied embedding
+  const at::Tensor& embedding_weight() const;  // model.embed_tokens.weight
 
   // Optional wrapper around each decoder layer, used by the trainer for
   // activation checkpointing: when set, hidden_states() computes layer i as

@@ -58,6 +58,10 @@ class DecoderOps : public std::enable_shared_from_this<DecoderOps> {
  public:
   virtual ~DecoderOps() = default;
 
+  // The input embedding's rows of ids (padding_idx: the row that gets no gradient, -1: none).
+  virtual at::Tensor embed(const at::Tensor& weight, const at::Tensor& ids, int64_t padding_idx) const {
+    return at::embedding(weight, ids, padding_idx);
+  }
   // RMSNorm of x with weight.
   virtual at::Tensor norm(const at::Tensor& x, const at::Tensor& weight, double eps) const = 0;
   // sum = residual + update * scale (residual + update when the scale is 1), normed = norm(sum).
@@ -102,6 +106,9 @@ class ForwardingOps : public DecoderOps {
  public:
   explicit ForwardingOps(std::shared_ptr<const DecoderOps> inner) : inner_(std::move(inner)) {}
 
+  at::Tensor embed(const at::Tensor& weight, const at::Tensor& ids, int64_t padding_idx) const override {
+    return inner_->embed(weight, ids, padding_idx);
+  }
   at::Tensor norm(const at::Tensor& x, const at::Tensor& weight, double eps) const override {
     return inner_->norm(x, weight, eps);
   }

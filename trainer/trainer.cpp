@@ -631,7 +631,8 @@ void Run::make_optimizer() {
   if (!model_.adapter) {
     // The projection weights' gradients are written by their backward GEMMs into
     // their slots of the flat gradients (allocated on demand), and the head's by the
-    // fused loss's forward, so those slots are neither zeroed nor initialised for them.
+    // fused loss's forward, the input embedding's by its backward into the tokens' rows
+    // (zeroing the rest), so those slots are neither zeroed nor initialised for them.
     optim::FlatParameters& flat = optimizer_->flat();
     auto slot_of = [&flat](const at::Tensor& w) {
       const size_t i = flat.index_of(w);
@@ -640,7 +641,8 @@ void Run::make_optimizer() {
       });
     };
     grad_sinks_ = std::make_shared<models::GradSinks>(model_.model->projections(), slot_of,
-                                                      &model_.model->head_weight());
+                                                      &model_.model->head_weight(),
+                                                      &model_.model->embedding_weight());
     set_model_ops(model_, config_, device_.device, grad_sinks_);
     models::LossOptions loss = model_.model->loss_options();
     loss.head_grad_sink = grad_sinks_->head();
