@@ -4,6 +4,8 @@
 //   logp     = log_softmax(logits) in fp32                  [n, V]
 //   loss_t   = -logp[t, target_t]
 //   dlogits  = exp(logp) - onehot(target), in fp32, cast to the model dtype (÷ divisor)
+//              (on CUDA in 16 bits one kernel forms loss_t and dlogits from the
+//              logits, written over them: models/cuda/cross_entropy_kernels.cu)
 //   grad_hidden_c  = dlogits @ weight                        [n, H]
 //   grad_weight   += dlogits^T @ hidden_c                    [V, H], summed in fp32
 //
@@ -14,6 +16,8 @@
 // With a weight sink the weight's gradient goes instead into the sink's slot,
 // chunk by chunk, at the announced grad_output (WeightGradSink).
 #include "models/linear_cross_entropy.h"
+
+#include "models/cuda/fused_ops_cuda.h"
 
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -63,6 +67,7 @@ struct Plan {
   double softcap = 0.0;  // Gemma 2's final soft-cap (0: none)
   int64_t chunk = 1;
   bool grad_hidden = false, grad_weight = false;
+  bool inplace_kernel = false;  // the chunks' softmax and gradient by cuda::cross_entropy_inplace
   // One chunk of 16-bit values on CUDA: its GEMM is autograd's single GEMM (fp32
   // accumulation, one rounding), written straight in the model dtype, so no fp32
   // [V, H] sum is needed (4 bytes per head weight at the step's peak: 2.3 GiB for
@@ -101,30 +106,36 @@ void find_supervised(Plan& plan, const at::Tensor& host_targets, int64_t vocab, 
   plan.rows = index.to(device, /*non_blocking=*/true);
 }
 
-// One chunk's log-probabilities, fp32 [n, V], from logits computed exactly as
-// lm_head_logits does (the in-place ops give the same values as its out-of-place
-// ones; the chunk's logits are ours alone). With a soft-cap, `tanh` keeps
-// tanh(logits / cap) for the backward.
-at::Tensor chunk_log_probs(const at::Tensor& hidden_chunk, const at::Tensor& weight, const Plan& plan,
-                           at::Tensor& tanh) {
+// One chunk's logits, computed exactly as lm_head_logits does (the in-place ops
+// give the same values as its out-of-place ones; the chunk's logits are ours
+// alone). With a soft-cap, `tanh` keeps tanh(logits / cap) for the backward, in
+// the GEMM's buffer.
+at::Tensor chunk_logits(const at::Tensor& hidden_chunk, const at::Tensor& weight, const Plan& plan,
+                        at::Tensor& tanh) {
   at::Tensor logits = at::linear(hidden_chunk, weight);
   if (plan.divisor != 1.0) logits.div_(plan.divisor);
   if (plan.softcap > 0) {
-    tanh = logits.div_(plan.softcap).tanh();
+    tanh = logits.div_(plan.softcap).tanh_();
     logits = tanh * plan.softcap;
   }
-  return at::log_softmax(logits, 1, at::kFloat);
+  return logits;
+}
+
+// d(loss)/d(final logits) to d(loss)/d(GEMM output), in place: with a soft-cap
+// the backward of cap * tanh(z / cap) op by op (x cap, tanh_backward, ÷ cap),
+// then ÷ divisor, each in the model dtype, as autograd through lm_head_logits.
+void logits_grad_to_gemm_output(at::Tensor& dlogits, const Plan& plan, const at::Tensor& tanh) {
+  if (plan.softcap > 0) at::tanh_backward_out(dlogits, dlogits.mul_(plan.softcap), tanh).div_(plan.softcap);
+  if (plan.divisor != 1.0) dlogits.div_(plan.divisor);
 }
 
 // d(sum of the chunk's losses) / d(logits) as autograd forms it through the
 // materialised path: softmax - onehot in fp32 (exp of the log-probabilities,
 // and exp(logp) - 1 at the target, computed before any rounding), cast to the
-// model dtype (the backward of .to(kFloat)); with a soft-cap the backward of
-// cap * tanh(z / cap) op by op (x cap, tanh_backward, ÷ cap), then ÷ divisor,
-// each in the model dtype. Consumes logp.
+// model dtype (the backward of .to(kFloat)); then logits_grad_to_gemm_output.
+// Consumes logp.
 at::Tensor chunk_logits_grad(at::Tensor logp, const at::Tensor& picked, const at::Tensor& target_column,
                              at::ScalarType dtype, const Plan& plan, const at::Tensor& tanh) {
-  const double divisor = plan.divisor;
   at::Tensor dlogits;
   if (dtype == at::kFloat) {
     dlogits = logp.exp_();
@@ -134,9 +145,45 @@ at::Tensor chunk_logits_grad(at::Tensor logp, const at::Tensor& picked, const at
     logp.reset();
   }
   dlogits.scatter_(1, target_column, (picked.exp() - 1.0).to(dtype));
-  if (plan.softcap > 0) dlogits = at::tanh_backward(dlogits.mul_(plan.softcap), tanh).div_(plan.softcap);
-  if (divisor != 1.0) dlogits.div_(divisor);
+  logits_grad_to_gemm_output(dlogits, plan, tanh);
   return dlogits;
+}
+
+// The ATen path of one chunk (the reference): fp32 log-probabilities, the
+// losses into loss_out, then (want_grad) the gradient of the GEMM's output.
+at::Tensor chunk_loss_and_grad_ops(const at::Tensor& hidden_chunk, const at::Tensor& weight,
+                                   const at::Tensor& targets_chunk, const Plan& plan, at::Tensor& loss_out,
+                                   bool want_grad) {
+  at::Tensor tanh;
+  at::Tensor logp = at::log_softmax(chunk_logits(hidden_chunk, weight, plan, tanh), 1, at::kFloat);
+  const at::Tensor target_column = targets_chunk.unsqueeze(1);
+  const at::Tensor picked = logp.gather(1, target_column);  // [n, 1] log-probability of the target
+  at::neg_out(loss_out, picked.squeeze(1));
+  if (!want_grad) return {};
+  return chunk_logits_grad(std::move(logp), picked, target_column, hidden_chunk.scalar_type(), plan, tanh);
+}
+
+// The same with the in-place kernel: the chunk holds only its logits (2 bytes
+// a logit in 16 bits; the ATen path about 10 at its log_softmax), which become
+// the gradient, rounded once as chunk_logits_grad rounds it.
+at::Tensor chunk_loss_and_grad_inplace(const at::Tensor& hidden_chunk, const at::Tensor& weight,
+                                       const at::Tensor& targets_chunk, const Plan& plan, at::Tensor& loss_out,
+                                       bool want_grad) {
+  at::Tensor tanh;
+  at::Tensor logits = chunk_logits(hidden_chunk, weight, plan, tanh);
+  cuda::cross_entropy_inplace(logits, targets_chunk.contiguous(), loss_out, want_grad);
+  if (!want_grad) return {};
+  logits_grad_to_gemm_output(logits, plan, tanh);
+  return logits;
+}
+
+// One chunk's losses into loss_out and, when want_grad, the gradient of its
+// GEMM's output (in the model dtype): the kernel's path or ATen's.
+at::Tensor chunk_loss_and_grad(const at::Tensor& hidden_chunk, const at::Tensor& weight,
+                               const at::Tensor& targets_chunk, const Plan& plan, at::Tensor& loss_out,
+                               bool want_grad) {
+  const auto path = plan.inplace_kernel ? chunk_loss_and_grad_inplace : chunk_loss_and_grad_ops;
+  return path(hidden_chunk, weight, targets_chunk, plan, loss_out, want_grad);
 }
 
 // sum += dlogits^T @ hidden_chunk, with `sum` in fp32 (fp64 for an fp64 model).
@@ -186,6 +233,26 @@ at::Tensor sink_slot(WeightGradSink& s, const at::Tensor& weight, int64_t superv
   return slot;
 }
 
+bool is_16_bit(const at::Tensor& t) { return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf; }
+
+// Whether the chunks run the in-place kernel: 16-bit logits on a GPU it is built for.
+bool use_inplace_kernel(FusedPath path, const at::Tensor& hidden) {
+  const std::string device = hidden.device().str();
+  std::string blocker;
+  if (!fused_cuda_kernels_built()) blocker = "the CUDA kernels are not in this build (FPTRAIN_CUDA=OFF)";
+  else if (!hidden.is_cuda()) blocker = "hidden is on " + device;
+  else if (!is_16_bit(hidden)) blocker = std::string("dtype ") + c10::toString(hidden.scalar_type()) + " (not 16-bit)";
+  else if (!fused_cuda_kernels_available(hidden.device())) blocker = "device " + device + " is not an sm_90 GPU";
+  switch (path) {
+    case FusedPath::kReference: return false;
+    case FusedPath::kAuto: return blocker.empty();
+    case FusedPath::kCuda:
+      if (!blocker.empty()) fail("the in-place cross-entropy kernel does not apply: " + blocker);
+      return true;
+  }
+  fail("unknown softmax path");
+}
+
 at::Tensor take_tensor(AutogradContext* ctx, const char* key) {
   at::IValue& slot = ctx->saved_data[key];
   at::Tensor t = slot.isTensor() ? std::move(slot).toTensor() : at::Tensor();
@@ -214,17 +281,13 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
     }
     if (S > 0) {
       const at::Tensor h = plan.select(hidden), t = plan.select(plan.targets);
+      const bool want_grad = plan.grad_hidden || plan.grad_weight;
       for (int64_t start = 0; start < S; start += plan.chunk) {
         const int64_t n = std::min(plan.chunk, S - start);
-        const at::Tensor hidden_chunk = h.narrow(0, start, n);
-        const at::Tensor target_column = t.narrow(0, start, n).unsqueeze(1);
-        at::Tensor tanh;
-        at::Tensor logp = chunk_log_probs(hidden_chunk, weight, plan, tanh);
-        const at::Tensor picked = logp.gather(1, target_column);  // [n, 1] log-probability of the target
+        const at::Tensor hidden_chunk = h.narrow(0, start, n), targets_chunk = t.narrow(0, start, n);
         at::Tensor loss_out = token_loss.narrow(0, start, n);
-        at::neg_out(loss_out, picked.squeeze(1));
-        if (!plan.grad_hidden && !plan.grad_weight) continue;
-        const at::Tensor dlogits = chunk_logits_grad(std::move(logp), picked, target_column, dtype, plan, tanh);
+        const at::Tensor dlogits = chunk_loss_and_grad(hidden_chunk, weight, targets_chunk, plan, loss_out, want_grad);
+        if (!want_grad) continue;
         if (plan.grad_hidden) {
           at::Tensor out = grad_hidden_rows.narrow(0, start, n);
           at::mm_out(out, dlogits, weight);
@@ -282,15 +345,9 @@ at::Tensor lm_head_logits(const at::Tensor& hidden, const at::Tensor& weight, do
   return logits;
 }
 
-int64_t default_chunk_tokens(int64_t vocab_size) {
-  constexpr int64_t kChunkLogitsBytes = int64_t{512} << 20;  // one chunk's fp32 logits
-  const int64_t tokens = std::max<int64_t>(1, kChunkLogitsBytes / (4 * std::max<int64_t>(vocab_size, 1)));
-  return tokens >= 128 ? tokens / 128 * 128 : tokens;
-}
-
 at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
                                 double logits_scale_divisor, int64_t chunk_tokens, const at::Tensor& targets_cpu,
-                                double final_softcap, WeightGradSink* weight_sink) {
+                                double final_softcap, WeightGradSink* weight_sink, FusedPath softmax_path) {
   check_arguments(hidden, weight, targets, logits_scale_divisor);
   if (!(final_softcap >= 0) || !std::isfinite(final_softcap)) fail("final_softcap must be finite and >= 0");
   at::Tensor host_targets = targets_cpu;
@@ -306,19 +363,22 @@ at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weig
   plan.targets = targets;
   plan.divisor = logits_scale_divisor;
   plan.softcap = final_softcap;
-  plan.chunk = chunk_tokens > 0 ? chunk_tokens : default_chunk_tokens(weight.size(0));
   const bool grad_mode = c10::GradMode::is_enabled();
   plan.grad_hidden = grad_mode && hidden.requires_grad();
   plan.grad_weight = grad_mode && weight.requires_grad();
   if (plan.grad_weight && weight_sink != nullptr && weight_sink->sink.grad) plan.sink = weight_sink;
-  // With the default chunks on CUDA in 16 bits, up to hidden / 2 supervised tokens
-  // run as one chunk: its transient [S, V] buffers (about 8 bytes a logit) cost no
-  // more than the fp32 [V, H] sum that several chunks would need (a sink needs none).
-  const bool sixteen_bit = hidden.scalar_type() == at::kBFloat16 || hidden.scalar_type() == at::kHalf;
-  const bool model_dtype_gemm = plan.grad_weight && !plan.sink && weight.is_cuda() && sixteen_bit;
-  if (model_dtype_gemm && chunk_tokens <= 0 && plan.count <= hidden.size(1) / 2)
-    plan.chunk = std::max(plan.chunk, plan.count);
-  plan.weight_grad_in_one_gemm = model_dtype_gemm && plan.count <= plan.chunk;
+  plan.inplace_kernel = use_inplace_kernel(softmax_path, hidden);
+  ChunkRequest request;
+  request.tokens = hidden.size(0);
+  request.supervised = plan.count;
+  request.hidden = hidden.size(1);
+  request.vocab = weight.size(0);
+  request.chunk_tokens = chunk_tokens;
+  request.inplace_kernel = plan.inplace_kernel;
+  request.model_dtype_gemm = plan.grad_weight && !plan.sink && weight.is_cuda() && is_16_bit(hidden);
+  const ChunkChoice choice = choose_chunks(request);
+  plan.chunk = choice.chunk;
+  plan.weight_grad_in_one_gemm = choice.weight_grad_in_one_gemm;
   return LinearCrossEntropyFunction::apply(hidden, weight, plan);
 }
 

@@ -12,7 +12,9 @@
 #pragma once
 
 #include "models/grad_scale_check.h"
+#include "models/fused_ops.h"
 #include "models/grad_sink_linear.h"
+#include "models/loss_chunking.h"
 
 #include <ATen/ATen.h>
 
@@ -29,11 +31,6 @@ inline constexpr int64_t kIgnoreIndex = -100;  // targets equal to it are not su
 // these operations.
 at::Tensor lm_head_logits(const at::Tensor& hidden, const at::Tensor& weight, double logits_scale_divisor,
                           double final_softcap = 0.0);
-
-// Tokens per chunk for `vocab_size`: the chunk's fp32 logits take about 512 MiB
-// (1024 tokens for a vocabulary of 128256, 4096 for 32000), rounded down to a
-// multiple of 128 tokens when there are that many.
-int64_t default_chunk_tokens(int64_t vocab_size);
 
 // Where the fused loss sends the weight's gradient instead of returning it: its
 // slot in the trainer's flat gradients (models/grad_sinks.h). Without a sink the
@@ -58,7 +55,8 @@ struct WeightGradSink {
 //   hidden   [T, H], floating point (the final norm's output, in the model dtype)
 //   weight   [V, H], same dtype and device (lm_head, or the tied embedding)
 //   targets  [T] int64 on the same device; each -100 or in [0, V)
-//   chunk_tokens  supervised tokens per chunk; <= 0 chooses default_chunk_tokens(V)
+//   chunk_tokens  supervised tokens per chunk; <= 0 lets choose_chunks
+//                 (models/loss_chunking.h) decide
 //   targets_cpu   optional host copy of targets (same values). It tells which
 //                 tokens are supervised; without it a CUDA `targets` is copied to
 //                 the host once, which waits for the work queued before it.
@@ -74,11 +72,16 @@ struct WeightGradSink {
 //                 backward returns none for weight; it checks that its grad_output
 //                 is weight_sink->grad_scale (on a device through check.verify()).
 //                 So a forward in grad mode has written the slot: run its backward.
+//   softmax_path  each chunk's softmax and gradient: kAuto the in-place kernel
+//                 (models/cuda/cross_entropy_kernels.cu) for 16-bit logits on an
+//                 sm_90 GPU, else ATen; kCuda the kernel (an error where it does
+//                 not apply); kReference ATen (log_softmax in fp32, then exp).
 // Throws std::invalid_argument for bad shapes, dtypes, devices and targets.
 at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
                                 double logits_scale_divisor = 1.0, int64_t chunk_tokens = 0,
                                 const at::Tensor& targets_cpu = {}, double final_softcap = 0.0,
-                                WeightGradSink* weight_sink = nullptr);
+                                WeightGradSink* weight_sink = nullptr,
+                                FusedPath softmax_path = FusedPath::kAuto);
 
 // The materialised path the fused one replaces, kept as the reference: all
 // logits (lm_head_logits), cast to fp32, at::cross_entropy_loss with sum

@@ -193,4 +193,23 @@ struct Nf4DequantArgs {
 };
 void nf4_dequantize(const Nf4DequantArgs& args, cudaStream_t stream);
 
+// ---- cross-entropy with the gradient in place (models/cuda/cross_entropy_kernels.cu)
+
+// Per row of the final logits x (the model dtype, after the divisor and soft-cap),
+// as ATen's fp32 log_softmax and autograd form them:
+//   m = max x, log_sum = log(sum exp(x - m)), logp = (x - m) - log_sum   (fp32)
+//   loss[row] = -logp[target]                                            (fp32)
+//   with write_grad, x is overwritten by d loss / d x rounded once:
+//   dtype(exp(logp)), and dtype(exp(logp[target]) - 1) at the target.
+// A target outside [0, cols) gives a NaN loss. Rows are contiguous, row stride free.
+struct CrossEntropyArgs {
+  Dtype dtype = Dtype::kBFloat16;
+  void* logits = nullptr;           // [rows, cols], row stride row_stride: in logits, out gradient
+  const int64_t* targets = nullptr;  // [rows]
+  float* loss = nullptr;            // [rows]
+  int64_t rows = 0, cols = 0, row_stride = 0;
+  bool write_grad = true;
+};
+void cross_entropy_inplace(const CrossEntropyArgs& args, cudaStream_t stream);
+
 }  // namespace fptrain::models::cuda

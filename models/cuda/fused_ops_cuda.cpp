@@ -179,6 +179,30 @@ void swiglu_backward(const at::Tensor& grad, const at::Tensor& gate, const at::T
   swiglu_backward(a, at::cuda::getCurrentCUDAStream());
 }
 
+void cross_entropy_inplace(const at::Tensor& logits, const at::Tensor& targets, const at::Tensor& loss,
+                           bool write_grad) {
+  const c10::cuda::CUDAGuard guard(logits.device());
+  const int64_t rows = logits.size(0);
+  if (logits.dim() != 2 || logits.stride(1) != 1 || (rows > 1 && logits.stride(0) < logits.size(1)))
+    throw std::invalid_argument("models/cuda cross_entropy: logits must be [rows, cols] with contiguous rows");
+  const auto is_vector = [&](const at::Tensor& t, at::ScalarType type) {
+    return t.dim() == 1 && t.size(0) == rows && t.is_contiguous() && t.scalar_type() == type &&
+           t.device() == logits.device();
+  };
+  if (!is_vector(targets, at::kLong) || !is_vector(loss, at::kFloat))
+    throw std::invalid_argument("models/cuda cross_entropy: targets (int64) and loss (fp32) must be contiguous [rows]");
+  CrossEntropyArgs a;
+  a.dtype = dtype_of(logits);
+  a.logits = logits.data_ptr();
+  a.targets = targets.const_data_ptr<int64_t>();
+  a.loss = loss.mutable_data_ptr<float>();
+  a.rows = rows;
+  a.cols = logits.size(1);
+  a.row_stride = logits.stride(0);
+  a.write_grad = write_grad;
+  cross_entropy_inplace(a, at::cuda::getCurrentCUDAStream());
+}
+
 std::pair<at::Tensor, at::Tensor> nf4_quantize(const at::Tensor& weight, const at::Tensor& levels) {
   const c10::cuda::CUDAGuard guard(weight.device());
   const at::Tensor w = weight.contiguous();

@@ -55,6 +55,14 @@ at::Tensor swiglu_forward(const at::Tensor& gate, const at::Tensor& up, bool gel
 void swiglu_backward(const at::Tensor& grad, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& grad_gate,
                      const at::Tensor& grad_up, bool gelu_tanh);
 
+// Per row of the final logits [rows, cols] (fp32, bf16 or fp16; contiguous rows,
+// any row stride): loss[row] = -log_softmax(logits.float())[row, targets[row]]
+// into loss (fp32 [rows]), and with write_grad the logits overwritten by the
+// loss's gradient, softmax - onehot rounded once to their dtype (fused_kernels.h's
+// CrossEntropyArgs). targets: int64 [rows], each in [0, cols).
+void cross_entropy_inplace(const at::Tensor& logits, const at::Tensor& targets, const at::Tensor& loss,
+                           bool write_grad);
+
 // The first level of NF4 (models/nf4.h's quantize_nf4 on CUDA): {codes [numel / 2] uint8, block
 // maxima [ceil(numel / 64)] fp32} of a weight on the GPU (any floating dtype, numel a multiple of 8);
 // the levels [16] fp32 on the CPU.

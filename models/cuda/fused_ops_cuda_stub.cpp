@@ -37,6 +37,8 @@ void swiglu_backward(const at::Tensor&, const at::Tensor&, const at::Tensor&, co
   not_built();
 }
 
+void cross_entropy_inplace(const at::Tensor&, const at::Tensor&, const at::Tensor&, bool) { not_built(); }
+
 std::pair<at::Tensor, at::Tensor> nf4_quantize(const at::Tensor&, const at::Tensor&) { not_built(); }
 
 at::Tensor nf4_dequantize(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,

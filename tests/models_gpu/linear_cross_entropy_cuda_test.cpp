@@ -194,7 +194,7 @@ TEST(LinearCrossEntropyCuda, MemoryAndTimeLlama1BHead) {
     const double count = static_cast<double>((targets != kIgnoreIndex).sum().item<int64_t>());
     const Measurement ref = measure(false, 0, hidden, weight, targets, count, 3);
     c10::cuda::CUDACachingAllocator::emptyCache();
-    std::vector<int64_t> chunks = {default_chunk_tokens(V)};
+    std::vector<int64_t> chunks = {0, default_chunk_tokens(V)};  // 0: choose_chunks (the in-place kernel's)
     if (p.prompt_tokens == 0) chunks.insert(chunks.end(), {2048, 4096, 8192});
     for (int64_t chunk : chunks) {
       const Measurement fused = measure(true, chunk, hidden, weight, targets, count, 3);
@@ -206,7 +206,7 @@ TEST(LinearCrossEntropyCuda, MemoryAndTimeLlama1BHead) {
                   ref.peak_gib, ref.mean_ms, ref.min_ms, static_cast<long long>(chunk), fused.peak_gib, fused.mean_ms,
                   fused.min_ms, loss_err);
       EXPECT_LT(loss_err, 1e-2);
-      if (chunk == default_chunk_tokens(V)) EXPECT_LT(fused.peak_gib, ref.peak_gib / 4) << p.name;
+      if (chunk <= default_chunk_tokens(V)) EXPECT_LT(fused.peak_gib, ref.peak_gib / 4) << p.name;
       c10::cuda::CUDACachingAllocator::emptyCache();
     }
     c10::cuda::CUDACachingAllocator::emptyCache();
