@@ -33,6 +33,8 @@ class CodeLookup {
     const uint32_t run = order_key(x) >> 16;
     return searched_[run] ? nearest_code(book_, x, is_signed_) : code_[run];
   }
+  // Whether nearest(x) searches (benchmarks count how often their data does).
+  bool searched(float x) const { return searched_[order_key(x) >> 16] != 0; }
   // Moments as the step stores them: exp_avg with its sign kept, exp_avg_sq as is.
   uint8_t quantize_signed(float m, float absmax) const { return keep_sign(book_, nearest(f_div(m, absmax)), m); }
   uint8_t quantize_unsigned(float v, float absmax) const { return nearest(f_div(v, absmax)); }
