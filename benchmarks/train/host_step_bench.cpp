@@ -3,7 +3,8 @@
 // weights with split masters, over several steps so the moments evolve, for two kinds of
 // gradients (gradient_data.h): "normal" (N(0, 1e-3), what offload_bench fills) and "realistic"
 // (magnitudes over ~10 decades, zero rows, a few whose squares are subnormal). Also how often
-// the 8-bit step's code lookup takes its search (optim/blockwise8.h). CPU time of the
+// a moment's code falls in a run of the code lookup that holds a step (optim/blockwise8.h;
+// those codes were searched until the lookup's entries held the step). CPU time of the
 // process, so a busy machine inflates the wall time, not the rate; median over the steps
 // after the first.
 //
@@ -43,15 +44,15 @@ double median(std::vector<double> x) {
   return x.empty() ? 0.0 : x[x.size() / 2];
 }
 
-// The share of moment codes of the coming 8-bit step that search: the step's own
+// The share of moment codes of the coming 8-bit step in runs with a step: the step's own
 // phase 1 (blockwise8_math.h) replayed on its state, then asked of the lookups.
-double searched_share(const optim::flat::Moments8bit& q, const at::Tensor& grads, const b8::Scalars& s) {
+double step_run_share(const optim::flat::Moments8bit& q, const at::Tensor& grads, const b8::Scalars& s) {
   const at::Tensor g32 = grads.to(at::kFloat);
   const float* g = g32.data_ptr<float>();
   const uint8_t *mc = q.exp_avg.data_ptr<uint8_t>(), *vc = q.exp_avg_sq.data_ptr<uint8_t>();
   const float *ma = q.exp_avg_absmax.data_ptr<float>(), *va = q.exp_avg_sq_absmax.data_ptr<float>();
   const b8::CodeBooks& books = b8::code_books();
-  int64_t searched = 0;
+  int64_t in_step = 0;
   float m[b8::kBlock], v[b8::kBlock];
   for (int64_t b = 0; b < grads.numel() / b8::kBlock; ++b) {
     float m_max = -FLT_MAX, v_max = -FLT_MAX;
@@ -63,10 +64,10 @@ double searched_share(const optim::flat::Moments8bit& q, const at::Tensor& grads
       v_max = b8::max_abs(v_max, v[k]);
     }
     for (int64_t k = 0; k < b8::kBlock; ++k)
-      searched += b8::exp_avg_lookup().searched(b8::f_div(m[k], m_max)) +
-                  b8::exp_avg_sq_lookup().searched(b8::f_div(v[k], v_max));
+      in_step += b8::exp_avg_lookup().in_step_run(b8::f_div(m[k], m_max)) +
+                  b8::exp_avg_sq_lookup().in_step_run(b8::f_div(v[k], v_max));
   }
-  return static_cast<double>(searched) / static_cast<double>(2 * grads.numel());
+  return static_cast<double>(in_step) / static_cast<double>(2 * grads.numel());
 }
 
 struct State {
@@ -98,7 +99,7 @@ nlohmann::ordered_json measure(const std::string& data, bool eight_bit, int64_t 
   for (int t = 1; t <= steps; ++t) {
     st.grads = bench::gradients(data, n);  // untimed: what the backward and the copies leave
     h.step = t;
-    if (eight_bit) share.push_back(searched_share(st.q, st.grads, b8::make_scalars(h.lr, h.beta1, h.beta2, h.eps,
+    if (eight_bit) share.push_back(step_run_share(st.q, st.grads, b8::make_scalars(h.lr, h.beta1, h.beta2, h.eps,
                                                                                    h.weight_decay, t)));
     const double c0 = cpu_seconds();
     const auto w0 = std::chrono::steady_clock::now();
@@ -114,7 +115,7 @@ nlohmann::ordered_json measure(const std::string& data, bool eight_bit, int64_t 
                               {"m_elements_per_cpu_s", median(rate)},
                               {"rates", rate},
                               {"wall_s_median", median(wall)}};
-  if (eight_bit) r["searched_share"] = share;
+  if (eight_bit) r["step_run_share"] = share;
   return r;
 }
 
