@@ -1,4 +1,4 @@
-// Gradients for the host-step benchmark (host_step_bench.cpp), bf16 on the CPU.
+// Gradients for the optimizer benchmarks (host_step_bench.cpp, offload_bench.cpp), bf16 on a device.
 //
 // "normal": N(0, 1e-3) everywhere, what offload_bench and optimizer_bench fill. Every 256-block
 // then has the same narrow spread, unlike a model's gradients.
@@ -18,20 +18,21 @@ namespace fptrain::bench {
 
 constexpr int64_t kGradRow = 2048;
 
-inline at::Tensor realistic_gradients(int64_t n) {
+inline at::Tensor realistic_gradients(int64_t n, const at::Device& device) {
   const int64_t rows = (n + kGradRow - 1) / kGradRow;
-  const at::Tensor row_log10 = at::empty({rows, 1}).uniform_(-9.0, -3.0);
-  const at::Tensor row_live = (at::rand({rows, 1}) >= 0.1).to(at::kFloat);
-  at::Tensor g = at::randn({rows, kGradRow}) * at::pow(10.0, row_log10 + 0.75 * at::randn({rows, kGradRow}));
+  const auto f32 = at::TensorOptions().device(device);
+  const at::Tensor row_log10 = at::empty({rows, 1}, f32).uniform_(-9.0, -3.0);
+  const at::Tensor row_live = (at::rand({rows, 1}, f32) >= 0.1).to(at::kFloat);
+  at::Tensor g = at::randn({rows, kGradRow}, f32) * at::pow(10.0, row_log10 + 0.75 * at::randn({rows, kGradRow}, f32));
   g = (g * row_live).reshape({-1}).narrow(0, 0, n).contiguous();
-  const at::Tensor tiny = at::rand({n}) < 1.0 / 4096;
+  const at::Tensor tiny = at::rand({n}, f32) < 1.0 / 4096;
   g = at::where(tiny, at::sign(g) * 1e-19, g);  // sign 0 in zero rows: stays 0
   return g.to(at::kBFloat16);
 }
 
-inline at::Tensor gradients(const std::string& kind, int64_t n) {
-  if (kind == "normal") return (at::randn({n}) * 1e-3).to(at::kBFloat16);
-  if (kind == "realistic") return realistic_gradients(n);
+inline at::Tensor gradients(const std::string& kind, int64_t n, const at::Device& device = at::kCPU) {
+  if (kind == "normal") return (at::randn({n}, at::TensorOptions().device(device)) * 1e-3).to(at::kBFloat16);
+  if (kind == "realistic") return realistic_gradients(n, device);
   throw std::invalid_argument("unknown gradient data " + kind + " (normal, realistic)");
 }
 
