@@ -8,7 +8,7 @@
 // process, so a busy machine inflates the wall time, not the rate; median over the steps
 // after the first.
 //
-//   host_step_bench [--elements N] [--steps S] [--threads T] [--data normal,realistic] [--out DIR]
+//   host_step_bench [--elements N] [--steps S] [--threads T] [--data normal,realistic[,subnormal]] [--out DIR]
 #include "benchmarks/train/gradient_data.h"
 #include "optim/blockwise8.h"
 #include "optim/flat_adamw.h"
