@@ -68,16 +68,28 @@ float CodeLookup::from_order_key(uint32_t key) {
 // lower against a midpoint) is a threshold on x with lower <= pivot <= upper. If they part
 // at pivot q (x1 <= book[q] < x2), every code x1 can still end on is <= q (later pivots
 // are below q, its last upper is q or below) and every code of x2 is >= q. A NaN compares
-// false everywhere: code 0 whichever run it is in (runs mixing NaNs with a different code
-// are searched).
+// false everywhere: code 0 whichever run it is in; the two runs that mix NaNs with an
+// infinity hold one key of it at their inner end, so they too are two pieces.
 CodeLookup::CodeLookup(const float* book, bool is_signed)
-    : book_(book), is_signed_(is_signed), code_(size_t{1} << 16), searched_(size_t{1} << 16) {
-  for (uint32_t run = 0; run < (1u << 16); ++run) {
-    const uint8_t first = nearest_code(book, from_order_key(run << 16), is_signed);
-    const uint8_t last = nearest_code(book, from_order_key(run << 16 | 0xffffu), is_signed);
-    code_[run] = first;
-    searched_[run] = first != last;
+    : book_(book), is_signed_(is_signed), runs_(size_t{1} << 16) {
+  for (uint32_t run = 0; run < (1u << 16); ++run) runs_[run] = run_entry(run);
+}
+
+// The run's two codes and where the second starts, by bisection (the codes are monotone in
+// the run); a run whose last code is not the one at its step holds two steps, which these
+// books have none of (the midpoints of neighbours are more than a run apart).
+uint32_t CodeLookup::run_entry(uint32_t run) const {
+  auto code_at = [&](uint32_t low) { return nearest_code(book_, from_order_key(run << 16 | low), is_signed_); };
+  const uint32_t below = code_at(0), above = code_at(0xffffu);
+  if (below == above) return below | below << 8;
+  uint32_t lo = 0, hi = 0xffffu;  // code_at(lo) == below, code_at(hi) != below
+  while (hi - lo > 1) {
+    const uint32_t mid = (lo + hi) / 2;
+    (code_at(mid) == below ? lo : hi) = mid;
   }
+  if (code_at(hi) != above)
+    throw std::logic_error("blockwise8: run " + std::to_string(run) + " of the code lookup holds two steps");
+  return below | above << 8 | hi << 16;
 }
 
 const CodeLookup& exp_avg_lookup() {

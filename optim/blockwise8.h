@@ -23,16 +23,20 @@ const CodeBooks& code_books();
 // nearest_code() by table, for the CPU step (the search's seven data-dependent steps were
 // three quarters of its time, 2026-11-27). The search is a bisection whose every decision
 // is a comparison of x, so its code never decreases as x grows (blockwise8.cpp): each run
-// of 2^16 consecutive floats (in value order) whose ends get the same code gets that code
-// throughout, and the few runs that hold a step of the code are searched as before. The
-// same code for every float, NaN included.
+// of 2^16 consecutive floats (in value order) holds at most one step of the code in these
+// books (the constructor checks), so one 32-bit entry per run gives every code in it
+// without a branch: the code below the step, the code from it on, and where it is. (Runs
+// with a step were searched before: 15% of the codes of N(0, 1e-3) gradients, which
+// halved the step's rate, host_step_bench.) The same code for every float, NaN included.
 class CodeLookup {
  public:
   CodeLookup(const float* book, bool is_signed);
   uint8_t nearest(float x) const {
-    const uint32_t run = order_key(x) >> 16;
-    return searched_[run] ? nearest_code(book_, x, is_signed_) : code_[run];
+    const uint32_t key = order_key(x), entry = runs_[key >> 16];
+    return static_cast<uint8_t>((key & 0xffffu) >= (entry >> 16) ? entry >> 8 : entry);
   }
+  // Whether x's run holds a step of the code (benchmarks count how often their data does).
+  bool in_step_run(float x) const { return (runs_[order_key(x) >> 16] >> 16) != 0u; }
   // Moments as the step stores them: exp_avg with its sign kept, exp_avg_sq as is.
   uint8_t quantize_signed(float m, float absmax) const { return keep_sign(book_, nearest(f_div(m, absmax)), m); }
   uint8_t quantize_unsigned(float v, float absmax) const { return nearest(f_div(v, absmax)); }
@@ -45,9 +49,13 @@ class CodeLookup {
   static float from_order_key(uint32_t key);
 
  private:
+  uint32_t run_entry(uint32_t run) const;
+
   const float* book_;
   bool is_signed_;
-  std::vector<uint8_t> code_, searched_;  // per run of 2^16 keys
+  // Per run of 2^16 keys: bits 0-7 the code below the step, 8-15 the code from it on,
+  // 16-31 the step's low key bits (0: no step, both codes the same).
+  std::vector<uint32_t> runs_;
 };
 // The lookups of code_books(), made once.
 const CodeLookup& exp_avg_lookup();

@@ -4,8 +4,12 @@
 // mean milliseconds until the first bucket and until every bucket is back on the device (on
 // the device: the step kernels), the device memory the optimizer added and the host memory
 // it keeps. Timed with CUDA events (the host update blocks the waits, so the events measure it).
+// Gradients: realistic by default (gradient_data.h; the 8-bit host step's speed depends on
+// them), --data normal for N(0, 1e-3) as before.
 //
-//   offload_bench [--shape llama3-1b|llama3-3b|llama2-7b|llama3-8b] [--iters N] [--bucket-mb M] [--out DIR]
+//   offload_bench [--shape llama3-1b|llama3-3b|llama2-7b|llama3-8b] [--iters N] [--bucket-mb M]
+//                 [--data realistic|normal] [--out DIR]
+#include "benchmarks/train/gradient_data.h"
 #include "models/model_config.h"
 #include "models/parameter_layout.h"
 #include "optim/adamw.h"
@@ -53,7 +57,7 @@ int64_t allocated() { return c10::cuda::CUDACachingAllocator::getDeviceStats(0).
 
 // One form under one setting: mean ms to the first and the last bucket, memory.
 nlohmann::ordered_json measure(const models::ModelConfig& config, const Form& f, optim::Offload offload, int iters,
-                               int64_t bucket_mb) {
+                               int64_t bucket_mb, const std::string& data) {
   std::vector<std::string> names;
   std::vector<at::Tensor> params;
   for (const auto& p : models::parameter_layout(config)) {
@@ -71,8 +75,10 @@ nlohmann::ordered_json measure(const models::ModelConfig& config, const Form& f,
   const int64_t device_bytes = allocated() - before;
   double first = 0, last = 0;
   for (int it = 0; it <= iters; ++it) {  // iteration 0 warms up
-    for (size_t b = 0; b < opt.flat().layout().buckets().size(); ++b)  // as a backward leaves them
-      opt.flat().gradients().acquire(b).normal_(0.0, 1e-3);
+    for (size_t b = 0; b < opt.flat().layout().buckets().size(); ++b) {  // as a backward leaves them
+      const at::Tensor g = opt.flat().gradients().acquire(b);
+      g.copy_(bench::gradients(data, g.numel(), g.device()));
+    }
     at::cuda::CUDAEvent start(cudaEventDefault), first_ready(cudaEventDefault), all_ready(cudaEventDefault);
     start.record();
     opt.grad_norm(1.0);
@@ -100,7 +106,7 @@ nlohmann::ordered_json measure(const models::ModelConfig& config, const Form& f,
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string shape = "llama3-1b", out_dir = ".";
+  std::string shape = "llama3-1b", out_dir = ".", data = "realistic";
   int iters = 3;
   int64_t bucket_mb = 512;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -108,6 +114,7 @@ int main(int argc, char** argv) {
     if (a == "--shape") shape = v;
     else if (a == "--iters") iters = std::stoi(v);
     else if (a == "--bucket-mb") bucket_mb = std::stoll(v);
+    else if (a == "--data") data = v;
     else if (a == "--out") out_dir = v;
   }
   const models::ModelConfig config = shape_config(shape);
@@ -121,7 +128,7 @@ int main(int argc, char** argv) {
     for (const optim::Offload offload : {optim::Offload::kNone, optim::Offload::kCpu}) {
       nlohmann::ordered_json r;
       try {
-        r = measure(config, f, offload, iters, bucket_mb);
+        r = measure(config, f, offload, iters, bucket_mb, data);
       } catch (const std::exception& e) {  // out of device or host memory: the row says so
         r = {{"form", f.name}, {"offload", offload == optim::Offload::kCpu ? "cpu" : "none"}, {"error", e.what()}};
         std::fprintf(stderr, "%s / %s: %s\n", f.name.c_str(), r["offload"].get<std::string>().c_str(), e.what());
@@ -137,8 +144,8 @@ int main(int argc, char** argv) {
       std::fputs(line, stdout);
       rows.push_back(r);
     }
-  std::ofstream(out_dir + "/offload-bench.json") << nlohmann::ordered_json{{"shape", shape}, {"rows", rows}}.dump(2) << "\n";
+  std::ofstream(out_dir + "/offload-bench.json") << nlohmann::ordered_json{{"shape", shape}, {"data", data}, {"rows", rows}}.dump(2) << "\n";
   std::ofstream(out_dir + "/offload-bench.md") << "offload_bench --shape " << shape << " (mean of " << iters
-                                               << " steps)\n\n" << md;
+                                               << " steps, " << data << " gradients)\n\n" << md;
   return 0;
 }

@@ -122,6 +122,33 @@ TEST(Blockwise8, CodeLookupGivesTheSearchsCodeForEveryFloat) {
   }
 }
 
+// Every key of every run that holds a step of the code (where the entry's two codes and its
+// step must be right, and where the search ran before), NaN and infinity runs included.
+TEST(Blockwise8, CodeLookupGivesTheSearchsCodeInEveryRunWithAStep) {
+  const blockwise8::CodeBooks& b = blockwise8::code_books();
+  using L = blockwise8::CodeLookup;
+  for (const bool exp_avg : {true, false}) {
+    SCOPED_TRACE(exp_avg ? "exp_avg" : "exp_avg_sq");
+    const float* book = exp_avg ? b.exp_avg : b.exp_avg_sq;
+    const L& lookup = exp_avg ? blockwise8::exp_avg_lookup() : blockwise8::exp_avg_sq_lookup();
+    int64_t runs = 0, wrong = 0;
+    for (uint32_t run = 0; run < (1u << 16); ++run) {
+      const uint32_t first = blockwise8::nearest_code(book, L::from_order_key(run << 16), exp_avg);
+      const uint32_t last = blockwise8::nearest_code(book, L::from_order_key(run << 16 | 0xffffu), exp_avg);
+      EXPECT_EQ(lookup.in_step_run(L::from_order_key(run << 16)), first != last) << run;
+      if (first == last) continue;
+      ++runs;
+      for (uint32_t k = 0; k <= 0xffffu; ++k) {
+        const float x = L::from_order_key(run << 16 | k);
+        if (lookup.nearest(x) != blockwise8::nearest_code(book, x, exp_avg) && ++wrong <= 5)
+          ADD_FAILURE() << "run " << run << " key " << k;
+      }
+    }
+    EXPECT_EQ(wrong, 0);
+    EXPECT_EQ(runs, 242);  // in each book (2026-11-27): some codes the search never ends on
+  }
+}
+
 enum class Form { kFp32, kMaster, kSplit, kBf16 };
 constexpr const char* kFormNames[] = {"fp32_weights", "fp32_masters", "split_masters", "bf16_weights"};
 
