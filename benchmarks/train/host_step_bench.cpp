@@ -9,6 +9,7 @@
 // after the first.
 //
 //   host_step_bench [--elements N] [--steps S] [--threads T] [--data normal,realistic[,subnormal]] [--out DIR]
+#include "benchmarks/train/bench_setup.h"
 #include "benchmarks/train/gradient_data.h"
 #include "optim/blockwise8.h"
 #include "optim/flat_adamw.h"
@@ -22,7 +23,6 @@
 #include <cfloat>
 #include <cstdio>
 #include <ctime>
-#include <fstream>
 #include <functional>
 #include <sstream>
 #include <string>
@@ -125,14 +125,13 @@ int main(int argc, char** argv) {
   int64_t n = int64_t{1} << 24;
   int steps = 6, threads = 1;
   std::string data_list = "normal,realistic", out_dir;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--elements") n = std::stoll(v) / b8::kBlock * b8::kBlock;
-    else if (a == "--steps") steps = std::stoi(v);
-    else if (a == "--threads") threads = std::stoi(v);
-    else if (a == "--data") data_list = v;
-    else if (a == "--out") out_dir = v;
-  }
+  // Unknown options are ignored, as they always were here.
+  bench::parse_options(argc, argv,
+                       {{"--elements", [&](const std::string& v) { n = std::stoll(v) / b8::kBlock * b8::kBlock; }},
+                        {"--steps", [&](const std::string& v) { steps = std::stoi(v); }},
+                        {"--threads", [&](const std::string& v) { threads = std::stoi(v); }},
+                        {"--data", [&](const std::string& v) { data_list = v; }},
+                        {"--out", [&](const std::string& v) { out_dir = v; }}});
   at::set_num_threads(threads);
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   std::stringstream names(data_list);
@@ -143,6 +142,6 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   const nlohmann::ordered_json report = {{"elements", n}, {"steps", steps}, {"threads", threads}, {"rows", rows}};
-  if (!out_dir.empty()) std::ofstream(out_dir + "/host-step-bench.json") << report.dump(2) << "\n";
+  if (!out_dir.empty()) bench::write_json(out_dir, "host-step-bench.json", report);
   return 0;
 }

@@ -9,13 +9,11 @@
 //
 //   offload_bench [--shape llama3-1b|llama3-3b|llama2-7b|llama3-8b] [--iters N] [--bucket-mb M]
 //                 [--data realistic|normal] [--out DIR]
+#include "benchmarks/train/bench_setup.h"
 #include "benchmarks/train/gradient_data.h"
-#include "models/model_config.h"
-#include "models/parameter_layout.h"
 #include "optim/adamw.h"
 
 #include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDACachingAllocator.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -27,52 +25,25 @@ namespace {
 
 using namespace fptrain;
 
-models::ModelConfig shape_config(const std::string& shape) {
-  models::ModelConfig c;
-  auto set = [&](int64_t vocab, int64_t hidden, int64_t inter, int64_t layers, int64_t heads, int64_t kv, bool tied) {
-    c.vocab_size = vocab;
-    c.hidden_size = hidden;
-    c.intermediate_size = inter;
-    c.num_hidden_layers = layers;
-    c.num_attention_heads = heads;
-    c.num_key_value_heads = kv;
-    c.head_dim = hidden / heads;
-    c.tie_word_embeddings = tied;
-  };
-  if (shape == "llama2-7b") set(32000, 4096, 11008, 32, 32, 32, false);
-  else if (shape == "llama3-8b") set(128256, 4096, 14336, 32, 32, 8, false);
-  else if (shape == "llama3-3b") set(128256, 3072, 8192, 28, 24, 8, true);
-  else if (shape == "llama3-1b") set(128256, 2048, 8192, 16, 32, 8, true);
-  else throw std::invalid_argument("unknown --shape " + shape);
-  return c;
-}
-
 struct Form {
   std::string name;
   bool split;
   optim::Moments moments;
 };
 
-int64_t allocated() { return c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].current; }
-
 // One form under one setting: mean ms to the first and the last bucket, memory.
 nlohmann::ordered_json measure(const models::ModelConfig& config, const Form& f, optim::Offload offload, int iters,
                                int64_t bucket_mb, const std::string& data) {
-  std::vector<std::string> names;
-  std::vector<at::Tensor> params;
-  for (const auto& p : models::parameter_layout(config)) {
-    names.push_back(p.name);
-    params.push_back((at::randn(p.shape, at::TensorOptions().device(at::kCUDA)) * 0.02).to(at::kBFloat16).requires_grad_(true));
-  }
-  const int64_t before = allocated();
+  const bench::BenchParameters bp = bench::bf16_parameters(config, at::kCUDA);
+  const int64_t before = bench::device_allocated().current;
   optim::OptimizerSection o;
   o.split_masters = f.split;
   o.moments = f.moments;
   o.offload = offload;
   optim::DataParallelSpec dp;
   dp.bucket_elements = bucket_mb << 19;  // bf16
-  optim::AdamW opt(names, params, o, optim::FlatLayout::kDefaultAlignment, dp);
-  const int64_t device_bytes = allocated() - before;
+  optim::AdamW opt(bp.names, bp.params, o, optim::FlatLayout::kDefaultAlignment, dp);
+  const int64_t device_bytes = bench::device_allocated().current - before;
   double first = 0, last = 0;
   for (int it = 0; it <= iters; ++it) {  // iteration 0 warms up
     for (size_t b = 0; b < opt.flat().layout().buckets().size(); ++b) {  // as a backward leaves them
@@ -109,15 +80,14 @@ int main(int argc, char** argv) {
   std::string shape = "llama3-1b", out_dir = ".", data = "realistic";
   int iters = 3;
   int64_t bucket_mb = 512;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--shape") shape = v;
-    else if (a == "--iters") iters = std::stoi(v);
-    else if (a == "--bucket-mb") bucket_mb = std::stoll(v);
-    else if (a == "--data") data = v;
-    else if (a == "--out") out_dir = v;
-  }
-  const models::ModelConfig config = shape_config(shape);
+  // Unknown options are ignored, as they always were here.
+  bench::parse_options(argc, argv,
+                       {{"--shape", [&](const std::string& v) { shape = v; }},
+                        {"--iters", [&](const std::string& v) { iters = std::stoi(v); }},
+                        {"--bucket-mb", [&](const std::string& v) { bucket_mb = std::stoll(v); }},
+                        {"--data", [&](const std::string& v) { data = v; }},
+                        {"--out", [&](const std::string& v) { out_dir = v; }}});
+  const models::ModelConfig config = bench::llama_shape(shape);
   const std::vector<Form> forms = {{"split masters, 8-bit moments", true, optim::Moments::k8bit},
                                    {"split masters, fp32 moments", true, optim::Moments::kFull},
                                    {"fp32 masters, fp32 moments", false, optim::Moments::kFull}};
@@ -144,7 +114,7 @@ int main(int argc, char** argv) {
       std::fputs(line, stdout);
       rows.push_back(r);
     }
-  std::ofstream(out_dir + "/offload-bench.json") << nlohmann::ordered_json{{"shape", shape}, {"data", data}, {"rows", rows}}.dump(2) << "\n";
+  bench::write_json(out_dir, "offload-bench.json", {{"shape", shape}, {"data", data}, {"rows", rows}});
   std::ofstream(out_dir + "/offload-bench.md") << "offload_bench --shape " << shape << " (mean of " << iters
                                                << " steps, " << data << " gradients)\n\n" << md;
   return 0;

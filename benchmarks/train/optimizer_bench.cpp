@@ -7,8 +7,8 @@
 // Timed with CUDA events; writes JSON and markdown.
 //
 //   optimizer_bench [--shape llama2-7b|llama3-3b|llama3-1b] [--iters N] [--out DIR]
+#include "benchmarks/train/bench_setup.h"
 #include "common/byte_units.h"
-#include "models/model_config.h"
 #include "models/parameter_layout.h"
 #include "optim/adamw.h"
 
@@ -19,7 +19,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -31,26 +30,6 @@
 namespace {
 
 using namespace fptrain;
-
-// The parameter shapes of a Llama model (only what models::parameter_layout reads).
-models::ModelConfig shape_config(const std::string& shape) {
-  models::ModelConfig c;
-  auto set = [&](int64_t vocab, int64_t hidden, int64_t inter, int64_t layers, int64_t heads, int64_t kv, bool tied) {
-    c.vocab_size = vocab;
-    c.hidden_size = hidden;
-    c.intermediate_size = inter;
-    c.num_hidden_layers = layers;
-    c.num_attention_heads = heads;
-    c.num_key_value_heads = kv;
-    c.head_dim = hidden / heads;
-    c.tie_word_embeddings = tied;
-  };
-  if (shape == "llama2-7b") set(32000, 4096, 11008, 32, 32, 32, false);
-  else if (shape == "llama3-3b") set(128256, 3072, 8192, 28, 24, 8, true);
-  else if (shape == "llama3-1b") set(128256, 2048, 8192, 16, 32, 8, true);
-  else throw std::invalid_argument("unknown --shape " + shape + " (llama2-7b, llama3-3b, llama3-1b)");
-  return c;
-}
 
 // Mean milliseconds per iteration of each named phase, timed with CUDA events.
 class PhaseTimer {
@@ -141,26 +120,20 @@ std::string today() {
   return buf;
 }
 
-double peak_allocated_gib() {
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
-  return common::gib(static_cast<double>(
-      stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak));
-}
+double peak_allocated_gib() { return common::gib(static_cast<double>(bench::device_allocated().peak)); }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string shape = "llama2-7b", out_dir;
   int iters = 10;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--shape" && i + 1 < argc) shape = argv[++i];
-    else if (a == "--iters" && i + 1 < argc) iters = std::stoi(argv[++i]);
-    else if (a == "--out" && i + 1 < argc) out_dir = argv[++i];
-    else {
-      std::fprintf(stderr, "usage: optimizer_bench [--shape llama2-7b|llama3-3b|llama3-1b] [--iters N] [--out DIR]\n");
-      return 2;
-    }
+  const bool known = bench::parse_options(argc, argv,
+                                          {{"--shape", [&](const std::string& v) { shape = v; }},
+                                           {"--iters", [&](const std::string& v) { iters = std::stoi(v); }},
+                                           {"--out", [&](const std::string& v) { out_dir = v; }}});
+  if (!known) {
+    std::fprintf(stderr, "usage: optimizer_bench [--shape llama2-7b|llama3-3b|llama3-1b] [--iters N] [--out DIR]\n");
+    return 2;
   }
   if (!at::hasCUDA()) {
     std::fprintf(stderr, "optimizer_bench needs a CUDA device\n");
@@ -169,7 +142,7 @@ int main(int argc, char** argv) {
   c10::NoGradGuard no_grad;  // the optimizer's own work, outside autograd as in the trainer
   const at::Device device(at::kCUDA, 0);
   const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
-  const models::ModelConfig config = shape_config(shape);
+  const models::ModelConfig config = bench::llama_shape(shape);
   const std::vector<models::ParameterInfo> layout = models::parameter_layout(config);
   int64_t n = 0;
   for (const auto& p : layout) n += p.numel();
@@ -203,18 +176,12 @@ int main(int argc, char** argv) {
 
   // ---- flat buffers --------------------------------------------------------------
   {
-    std::vector<std::string> names;
-    std::vector<at::Tensor> params;
-    const auto bf16 = at::TensorOptions().dtype(at::kBFloat16).device(device);
-    for (const auto& p : layout) {
-      names.push_back(p.name);
-      params.push_back((at::randn(p.shape, bf16) * 0.02).requires_grad_(true));
-    }
+    const bench::BenchParameters bp = bench::bf16_parameters(config, device);
     optim::OptimizerSection o;
     o.lr = lr;
     // One buffer that fill() can write (lazy buckets run the same kernels, bucket by bucket).
     o.gradient_storage = optim::GradStorage::kResident;
-    optim::AdamW opt(names, params, o);
+    optim::AdamW opt(bp.names, bp.params, o);
     const at::Tensor& grads = opt.flat().gradients().buffer();
     PhaseTimer timer;
     auto fill = [&] { grads.normal_(0.0, 1e-3); };  // what backward leaves (untimed)
@@ -258,11 +225,10 @@ int main(int argc, char** argv) {
   const double flat_ms = report["flat"]["total"].get<double>(), old_ms = report["old"]["total"].get<double>();
   report["flat_bandwidth_tb_s"] = (step_bytes + norm_bytes) / (flat_ms * 1e-3) / 1e12;
   report["speedup"] = old_ms / flat_ms;
-  const std::string text = report.dump(2);
-  std::printf("%s\n", text.c_str());
+  std::printf("%s\n", report.dump(2).c_str());
 
   if (!out_dir.empty()) {
-    std::ofstream(out_dir + "/optimizer-bench.json") << text << "\n";
+    bench::write_json(out_dir, "optimizer-bench.json", report);
     std::ofstream md(out_dir + "/optimizer-bench.md");
     char line[512];
     std::snprintf(line, sizeof line,

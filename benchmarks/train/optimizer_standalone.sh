@@ -23,7 +23,8 @@ pids=()
 $NVCC -c "$ROOT/optim/cuda/flat_adamw_kernels.cu" -o "$BIN/obj/flat_adamw_kernels.o" & pids+=($!)
 $CXX -ffp-contract=off -c "$ROOT/optim/flat_adamw.cpp" -o "$BIN/obj/flat_adamw.o" & pids+=($!)
 for f in optim/cuda/flat_adamw_cuda.cpp optim/flat_layout.cpp optim/flat_parameters.cpp optim/adamw.cpp \
-         models/parameter_layout.cpp tests/trainer_gpu/flat_adamw_gpu_test.cpp benchmarks/train/optimizer_bench.cpp; do
+         models/parameter_layout.cpp tests/trainer_gpu/flat_adamw_gpu_test.cpp benchmarks/train/optimizer_bench.cpp \
+         benchmarks/train/bench_setup.cpp; do
   $CXX -c "$ROOT/$f" -o "$BIN/obj/$(basename "$f" .cpp).o" & pids+=($!)
 done
 fail=0
@@ -33,7 +34,7 @@ LIBS="-L$TORCH/lib -Wl,-rpath,$TORCH/lib -ltorch -ltorch_cpu -ltorch_cuda -lc10 
 CORE="$BIN/obj/flat_adamw_kernels.o $BIN/obj/flat_adamw.o $BIN/obj/flat_adamw_cuda.o $BIN/obj/flat_layout.o
       $BIN/obj/flat_parameters.o $BIN/obj/adamw.o $BIN/obj/parameter_layout.o"
 g++ -o "$BIN/test_flat_adamw_gpu" $CORE "$BIN/obj/flat_adamw_gpu_test.o" -Wl,--no-as-needed $LIBS -lgtest -lgtest_main
-g++ -o "$BIN/optimizer_bench" $CORE "$BIN/obj/optimizer_bench.o" -Wl,--no-as-needed $LIBS
+g++ -o "$BIN/optimizer_bench" $CORE "$BIN/obj/optimizer_bench.o" "$BIN/obj/bench_setup.o" -Wl,--no-as-needed $LIBS
 echo "built $BIN/test_flat_adamw_gpu $BIN/optimizer_bench"
 [ "${BUILD_ONLY:-0}" = 1 ] && exit 0
 

@@ -5,6 +5,7 @@
 // waited for, resumes across offload none <-> cpu, and a failing host update is an error
 // on the training thread, not a hang.
 #include "optim/adamw.h"
+#include "tests/optim/offload_test_util.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -22,22 +23,11 @@
 namespace fptrain::optim {
 namespace {
 
+using testing::Form;
+
 // Ragged shapes (not multiples of 256): blocks and buckets end in padding.
-const std::vector<std::pair<std::string, std::vector<int64_t>>> kShapes = {
+const testing::Shapes kShapes = {
     {"embed", {40, 24}}, {"w1", {24, 48}}, {"b1", {48}}, {"w2", {48, 24}}, {"norm", {24}}, {"head", {24, 40}}};
-
-std::vector<std::string> names() {
-  std::vector<std::string> out;
-  for (const auto& [n, s] : kShapes) out.push_back(n);
-  return out;
-}
-
-std::vector<at::Tensor> params_like(at::ScalarType dtype) {
-  auto gen = at::detail::createCPUGenerator(7);
-  std::vector<at::Tensor> out;
-  for (const auto& [n, shape] : kShapes) out.push_back((at::randn(shape, gen) * 0.3).to(dtype).requires_grad_(true));
-  return out;
-}
 
 // A small network using every parameter: the summed token losses of a batch drawn from `seed`.
 at::Tensor loss(const std::vector<at::Tensor>& p, uint64_t seed) {
@@ -47,13 +37,6 @@ at::Tensor loss(const std::vector<at::Tensor>& p, uint64_t seed) {
   const at::Tensor logits = (h.mm(p[3]) * p[4]).mm(p[5]);
   return -logits.to(at::kFloat).log_softmax(1).gather(1, targets.unsqueeze(1)).sum();
 }
-
-struct Form {
-  const char* name;
-  at::ScalarType dtype;
-  bool masters, split, fp32_sums;
-  Moments moments;
-};
 
 const std::vector<Form> kForms = {
     {"fp32 model", at::kFloat, true, false, false, Moments::kFull},
@@ -68,45 +51,23 @@ const std::vector<Form> kForms = {
 };
 
 std::unique_ptr<AdamW> make(const Form& f, Offload offload, GradStorage storage = GradStorage::kAuto) {
-  OptimizerSection o;
+  OptimizerSection o = testing::section_of(f, offload, 1e-2);
   o.gradient_storage = storage;
-  o.lr = 1e-2;
-  o.weight_decay = 0.01;
-  o.master_weights = f.masters;
-  o.split_masters = f.split;
-  o.fp32_grad_accumulation = f.fp32_sums;
-  o.moments = f.moments;
-  o.offload = offload;
   DataParallelSpec dp;
   dp.bucket_elements = 512;  // several buckets of this small model
-  return std::make_unique<AdamW>(names(), params_like(f.dtype), o, FlatLayout::kDefaultAlignment, dp);
+  return std::make_unique<AdamW>(testing::names_of(kShapes), testing::params_of(kShapes, 7, 0.3, f.dtype, at::kCPU),
+                                 o, FlatLayout::kDefaultAlignment, dp);
 }
 
-// Steps [from, to): the "forward" waits bucket by bucket as the trainer's stage hook does,
-// two micro-batches, clipping at 0.5 (it bites: the first norms are ~10), a changing rate.
-void train(AdamW& opt, bool fp32_sums, int from, int to) {
-  for (int s = from; s < to; ++s) {
-    for (const FlatBucket& b : opt.flat().layout().buckets()) opt.wait_for_weights(b.offset + b.size);
-    for (int j = 0; j < 2; ++j) {
-      loss(opt.flat().params(), 100 * s + j).backward();
-      if (j == 0 && fp32_sums) opt.accumulate_gradients();
-    }
-    opt.grad_norm(0.5);
-    opt.step(1e-2 * (1.0 + 0.1 * s));
-  }
-  opt.wait_for_all_weights();
-}
+// The first norms are ~10: the clipping at 0.5 bites.
+void train(AdamW& opt, bool fp32_sums, int from, int to) { testing::train(opt, loss, fp32_sums, 1e-2, from, to); }
 
+// The shared comparison, and as many state tensors on both sides.
 void expect_same(const AdamW& a, const AdamW& b) {
-  EXPECT_TRUE(at::equal(a.flat().weights(), b.flat().weights())) << "weights";
+  testing::expect_same(a, b);
   std::map<std::string, at::Tensor> want;
   for (const auto& [k, t] : a.state()) want[k] = t;
-  const auto got = b.state();
-  ASSERT_EQ(got.size(), want.size());
-  for (const auto& [k, t] : got) {
-    ASSERT_TRUE(want.count(k)) << k;
-    EXPECT_TRUE(at::equal(t, want.at(k))) << k;
-  }
+  ASSERT_EQ(b.state().size(), want.size());
 }
 
 std::vector<std::pair<std::string, at::Tensor>> cloned(const std::vector<std::pair<std::string, at::Tensor>>& s) {

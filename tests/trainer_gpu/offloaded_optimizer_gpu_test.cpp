@@ -4,6 +4,7 @@
 // state leaves the device (pinned host memory); and a whole training run equals the
 // device's.
 #include "optim/adamw.h"
+#include "tests/optim/offload_test_util.h"
 #include "tests/trainer/trainer_test_util.h"
 
 #include <ATen/ATen.h>
@@ -11,29 +12,20 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <gtest/gtest.h>
 
-#include <map>
-
 namespace fptrain::optim {
 namespace {
 
+using testing::expect_same;
+using testing::Form;
+
 // Layer-like shapes: 7 buckets of 2^16 elements, ragged ends.
-const std::vector<std::pair<std::string, std::vector<int64_t>>> kShapes = {
+const testing::Shapes kShapes = {
     {"embed", {300, 200}}, {"w1", {200, 333}}, {"b1", {333}}, {"w2", {333, 200}}, {"norm", {200}},
     {"w3", {200, 410}},    {"w4", {410, 200}}, {"head", {200, 300}}};
 
-std::vector<std::string> names() {
-  std::vector<std::string> out;
-  for (const auto& [n, s] : kShapes) out.push_back(n);
-  return out;
-}
+std::vector<std::string> names() { return testing::names_of(kShapes); }
 
-std::vector<at::Tensor> params_like(at::ScalarType dtype) {
-  auto gen = at::detail::createCPUGenerator(3);
-  std::vector<at::Tensor> out;
-  for (const auto& [n, shape] : kShapes)
-    out.push_back((at::randn(shape, gen) * 0.05).to(dtype).to(at::kCUDA).requires_grad_(true));
-  return out;
-}
+std::vector<at::Tensor> params_like(at::ScalarType dtype) { return testing::params_of(kShapes, 3, 0.05, dtype, at::kCUDA); }
 
 at::Tensor loss(const std::vector<at::Tensor>& p, uint64_t seed) {
   auto gen = at::detail::createCPUGenerator(seed);
@@ -44,13 +36,6 @@ at::Tensor loss(const std::vector<at::Tensor>& p, uint64_t seed) {
   h = at::tanh(h.mm(p[5])).mm(p[6]);
   return -h.mm(p[7]).to(at::kFloat).log_softmax(1).gather(1, targets.unsqueeze(1)).sum();
 }
-
-struct Form {
-  const char* name;
-  at::ScalarType dtype;
-  bool masters, split, fp32_sums;
-  Moments moments;
-};
 
 const std::vector<Form> kForms = {
     {"bf16, fp32 masters", at::kBFloat16, true, false, false, Moments::kFull},
@@ -64,42 +49,13 @@ const std::vector<Form> kForms = {
 };
 
 std::unique_ptr<AdamW> make(const Form& f, Offload offload) {
-  OptimizerSection o;
-  o.lr = 1e-3;
-  o.weight_decay = 0.01;
-  o.master_weights = f.masters;
-  o.split_masters = f.split;
-  o.fp32_grad_accumulation = f.fp32_sums;
-  o.moments = f.moments;
-  o.offload = offload;
+  const OptimizerSection o = testing::section_of(f, offload, 1e-3);
   DataParallelSpec dp;
   dp.bucket_elements = 1 << 16;
   return std::make_unique<AdamW>(names(), params_like(f.dtype), o, FlatLayout::kDefaultAlignment, dp);
 }
 
-// As the trainer: the forward waits bucket by bucket; two micro-batches; clipping that bites.
-void train(AdamW& opt, const Form& f, int from, int to) {
-  for (int s = from; s < to; ++s) {
-    for (const FlatBucket& b : opt.flat().layout().buckets()) opt.wait_for_weights(b.offset + b.size);
-    for (int j = 0; j < 2; ++j) {
-      loss(opt.flat().params(), 100 * s + j).backward();
-      if (j == 0 && f.fp32_sums) opt.accumulate_gradients();
-    }
-    opt.grad_norm(0.5);
-    opt.step(1e-3 * (1.0 + 0.1 * s));
-  }
-  opt.wait_for_all_weights();
-}
-
-void expect_same(const AdamW& a, const AdamW& b) {
-  EXPECT_TRUE(at::equal(a.flat().weights(), b.flat().weights())) << "weights";
-  std::map<std::string, at::Tensor> want;
-  for (const auto& [k, t] : a.state()) want[k] = t.cpu();
-  for (const auto& [k, t] : b.state()) {
-    ASSERT_TRUE(want.count(k)) << k;
-    EXPECT_TRUE(at::equal(t.cpu(), want.at(k))) << k;
-  }
-}
+void train(AdamW& opt, const Form& f, int from, int to) { testing::train(opt, loss, f.fp32_sums, 1e-3, from, to); }
 
 TEST(OffloadedOptimizerGpu, TrainsAsTheDeviceAdamWBitForBitInEveryForm) {
   ASSERT_TRUE(at::hasCUDA());
