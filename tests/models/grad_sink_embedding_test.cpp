@@ -5,19 +5,16 @@
 // backward, as the data-parallel reducer expects.
 #include "models/grad_sink_embedding.h"
 
+#include "tests/models/counting_hook.h"
+
 #include <gtest/gtest.h>
-#include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
 namespace fptrain::models {
 namespace {
 
-struct CountingHook : torch::autograd::PostAccumulateGradHook {
-  explicit CountingHook(int* count) : count(count) {}
-  void operator()(const torch::autograd::Variable&) override { ++*count; }
-  int* count;
-};
+using testing::CountingHook;
 
 // The weight gradients of plain autograd over the micro-batches (the first, then the sum).
 std::pair<at::Tensor, at::Tensor> autograd_grads(const at::Tensor& w0, const std::vector<at::Tensor>& ids,

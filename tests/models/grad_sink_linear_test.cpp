@@ -5,19 +5,16 @@
 // expects.
 #include "models/grad_sink_linear.h"
 
+#include "tests/models/counting_hook.h"
+
 #include <gtest/gtest.h>
-#include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
 namespace fptrain::models {
 namespace {
 
-struct CountingHook : torch::autograd::PostAccumulateGradHook {
-  explicit CountingHook(int* count) : count(count) {}
-  void operator()(const torch::autograd::Variable&) override { ++*count; }
-  int* count;
-};
+using testing::CountingHook;
 
 TEST(GradSinkLinear, SameBitsAsAutogradAndOneHookPerBackward) {
   for (const bool with_bias : {false, true}) {

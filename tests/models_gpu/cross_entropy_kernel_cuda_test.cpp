@@ -15,6 +15,7 @@
 #include "models/fused_ops.h"
 #include "models/linear_cross_entropy.h"
 #include "tests/models_gpu/bf16_parity.h"
+#include "tests/models_gpu/fused_kernels_required.h"
 
 #include <c10/core/GradMode.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -29,13 +30,6 @@ namespace fptrain::models {
 namespace {
 
 using testing::rel_err;
-
-#define REQUIRE_KERNEL()                                                                                     \
-  ASSERT_TRUE(at::hasCUDA()) << "this suite needs a CUDA device";                                            \
-  if (!fused_cuda_kernels_available(at::Device(at::kCUDA, 0))) {                                             \
-    GTEST_SKIP() << "the fused kernels are " << (fused_cuda_kernels_built() ? "built but this GPU is not sm_90" \
-                                                                            : "not in this build");           \
-  }
 
 const at::Device kCuda(at::kCUDA, 0);
 
@@ -74,7 +68,7 @@ int64_t beyond_one_ulp(const at::Tensor& got, const at::Tensor& want) {
 }
 
 TEST(CrossEntropyKernel, LossAndInPlaceGradientMatchTheAtenPath) {
-  REQUIRE_KERNEL();
+  REQUIRE_FUSED_KERNELS();
   at::manual_seed(5);
   for (at::ScalarType dtype : {at::kBFloat16, at::kHalf}) {
     for (int64_t vocab : {int64_t{32000}, int64_t{128256}, int64_t{49155}}) {
@@ -96,7 +90,7 @@ TEST(CrossEntropyKernel, LossAndInPlaceGradientMatchTheAtenPath) {
 }
 
 TEST(CrossEntropyKernel, LossOnlyLeavesTheLogitsAndStridedRows) {
-  REQUIRE_KERNEL();
+  REQUIRE_FUSED_KERNELS();
   at::manual_seed(6);
   const Rows r = make_rows(33, 32008, at::kBFloat16, 3.0);
   const at::Tensor view = r.logits.narrow(1, 0, 32000);  // row stride 32008, rows of 32000
@@ -138,7 +132,7 @@ Result exact(const at::Tensor& hidden0, const at::Tensor& weight0, const at::Ten
 }
 
 TEST(CrossEntropyKernel, FusedLossWithTheKernelMatchesBothPaths) {
-  REQUIRE_KERNEL();
+  REQUIRE_FUSED_KERNELS();
   const int64_t T = 1500, H = 512, V = 32000;
   at::manual_seed(7);
   for (at::ScalarType dtype : {at::kBFloat16, at::kHalf}) {
@@ -171,7 +165,7 @@ TEST(CrossEntropyKernel, FusedLossWithTheKernelMatchesBothPaths) {
 }
 
 TEST(CrossEntropyKernel, EvaluationWithoutGradients) {
-  REQUIRE_KERNEL();
+  REQUIRE_FUSED_KERNELS();
   at::manual_seed(8);
   const at::Tensor hidden = at::randn({700, 256}, at::TensorOptions().dtype(at::kBFloat16).device(kCuda));
   const at::Tensor weight = (0.05 * at::randn({49155, 256}, at::TensorOptions().device(kCuda))).to(at::kBFloat16);
@@ -203,7 +197,7 @@ int64_t peak_of(const at::Tensor& hidden, const at::Tensor& weight, const at::Te
 }
 
 TEST(CrossEntropyKernel, ChunkTransientIsSmallerThanTheAtenPaths) {
-  REQUIRE_KERNEL();
+  REQUIRE_FUSED_KERNELS();
   const int64_t n = 4096, H = 1024, V = 32000;
   at::manual_seed(9);
   const at::Tensor hidden = at::randn({n, H}, at::TensorOptions().dtype(at::kBFloat16).device(kCuda));

@@ -33,6 +33,7 @@
 #include "models/rms_norm.h"
 #include "models/rope.h"
 #include "tests/models/model_test_util.h"
+#include "tests/models_gpu/fused_kernels_required.h"
 
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -55,13 +56,6 @@ using Tensors = std::vector<at::Tensor>;
 constexpr double kEps = 1e-5;
 constexpr double kFp32Tolerance = 1e-5;
 constexpr double kMaxErrorRatio = 2.0;
-
-#define REQUIRE_FUSED_KERNELS()                                                                              \
-  ASSERT_TRUE(at::hasCUDA()) << "this suite needs a CUDA device";                                            \
-  if (!fused_cuda_kernels_available(at::Device(at::kCUDA, 0))) {                                             \
-    GTEST_SKIP() << "the fused kernels are " << (fused_cuda_kernels_built() ? "built but this GPU is not sm_90" \
-                                                                            : "not in this build");           \
-  }
 
 const at::Device kCuda(at::kCUDA, 0);
 
