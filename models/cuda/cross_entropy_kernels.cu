@@ -9,7 +9,9 @@
 // dtype, exp(logp_t) - 1 at the target. We form logp with the same operations
 // in the same order; only s is summed in another order (per-thread partial sums
 // rescaled to the row's max), so logp agrees to a few fp32 ulps and the
-// gradient to at most one unit in the last place of the dtype.
+// gradient to at most one unit in the last place of the dtype — except at the
+// target when p is near 1: there p - 1 cancels, and both paths carry their
+// sum's fp32 rounding (~1e-6) as an absolute error.
 #include "models/cuda/kernel_utils.cuh"
 
 #include <algorithm>
