@@ -236,20 +236,14 @@ __device__ __forceinline__ T block_sum(T x) {
   return total;
 }
 
-// One launch's share of the norm: up to kNormMaxPieces pieces, whether the
-// threads start from zero or from their carried sums, and whether this launch
-// finishes the norm.
+// One launch's share of the norm: the call's arguments (their host `pieces`
+// array is not read on the device), up to kNormMaxPieces pieces copied by
+// value, whether the threads start from zero or from their carried sums, and
+// whether this launch finishes the norm.
 struct NormLaunch {
+  NormArgs args;
   NormPiece pieces[kNormMaxPieces];
   int count = 0;
-  const float* accum = nullptr;
-  int64_t n = 0;
-  float max_norm = 0.0f;
-  float* norm = nullptr;
-  float* coef = nullptr;
-  float* partials = nullptr;
-  unsigned* counter = nullptr;
-  float* carry = nullptr;
   bool first = true, last = true;
 };
 
@@ -284,19 +278,20 @@ __device__ __forceinline__ float piece_squares(const NormPiece& p, const float* 
 }
 
 template <typename P, bool kAccum, bool kVector>
-__global__ void __launch_bounds__(kThreads) grad_norm_kernel(NormLaunch a) {
+__global__ void __launch_bounds__(kThreads) grad_norm_kernel(NormLaunch l) {
+  const NormArgs& a = l.args;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t units = kVector ? a.n / kVec : a.n;
-  float sum = a.first ? 0.0f : a.carry[t];
-  for (int k = 0; k < a.count; ++k)
-    sum = piece_squares<P, kAccum, kVector>(a.pieces[k], a.accum, units, t, stride, sum);
-  if (!a.last) {
+  float sum = l.first ? 0.0f : a.carry[t];
+  for (int k = 0; k < l.count; ++k)
+    sum = piece_squares<P, kAccum, kVector>(l.pieces[k], a.accum, units, t, stride, sum);
+  if (!l.last) {
     a.carry[t] = sum;
     return;
   }
-  if (kVector && a.count > 0) {  // the n % 8 elements at the end, in the last piece, one per thread as before
-    const NormPiece& p = a.pieces[a.count - 1];
+  if (kVector && l.count > 0) {  // the n % 8 elements at the end, in the last piece, one per thread as before
+    const NormPiece& p = l.pieces[l.count - 1];
     const P* g = static_cast<const P*>(p.grads);
     for (int64_t i = units * kVec + t; i < a.n; i += stride) {
       const float x = (g ? to_float(g[i - p.begin]) : 0.0f) + (kAccum ? a.accum[i] : 0.0f);
@@ -344,14 +339,7 @@ void launch_norm(const NormArgs& a, cudaStream_t stream) {
   int64_t blocks = (units + kThreads - 1) / kThreads;
   blocks = blocks < 1 ? 1 : blocks > kNormMaxBlocks ? kNormMaxBlocks : blocks;
   NormLaunch l;
-  l.accum = a.accum;
-  l.n = a.n;
-  l.max_norm = a.max_norm;
-  l.norm = a.norm;
-  l.coef = a.coef;
-  l.partials = a.partials;
-  l.counter = a.counter;
-  l.carry = a.carry;
+  l.args = a;
   if (a.pieces_count > kNormMaxPieces && a.carry == nullptr)
     throw std::invalid_argument("optim/cuda: more gradient pieces than one launch takes, and no carry buffer");
   int done = 0;
