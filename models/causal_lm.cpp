@@ -132,6 +132,11 @@ void CausalLM::set_ops(std::shared_ptr<const DecoderOps> ops) {
   ops_ = family_ops(std::move(ops));
 }
 
+void CausalLM::set_decorated_ops(std::shared_ptr<const DecoderOps> ops) {
+  if (!ops) throw std::invalid_argument("CausalLM::set_decorated_ops: no op set");
+  ops_ = std::move(ops);
+}
+
 // The family's own arithmetic over the mechanism's set (Gemma's norms and gating).
 std::shared_ptr<const DecoderOps> CausalLM::family_ops(std::shared_ptr<const DecoderOps> ops) const {
   if (config_.gemma) return std::make_shared<GemmaOps>(std::move(ops));

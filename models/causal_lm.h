@@ -77,6 +77,9 @@ class CausalLM {
   // replaces it with one that holds its gradient sinks.
   void set_ops(std::shared_ptr<const DecoderOps> ops);
   const std::shared_ptr<const DecoderOps>& ops() const { return ops_; }
+  // Sets `ops` as it is, for a decorator over ops() (which holds the family's arithmetic
+  // already) and for putting ops() back after it.
+  void set_decorated_ops(std::shared_ptr<const DecoderOps> ops);
   // Every projection of the decoder (layer by layer, in parameter order; slot = index).
   std::vector<Projection> projections() const;
   const at::Tensor& head_weight() const;  // lm_head, or the tied embedding
@@ -94,6 +97,9 @@ class CausalLM {
   // The same for the MLP block of a layer (hidden = its normed input, the result
   // is added to the residual stream): selective activation checkpointing.
   void set_mlp_runner(BlockRunner runner) { mlp_runner_ = std::move(runner); }
+  // The runners set (empty: none), for a wrapper that decorates them and puts them back.
+  const BlockRunner& layer_runner() const { return layer_runner_; }
+  const BlockRunner& mlp_runner() const { return mlp_runner_; }
   // Called in the forward before the parameters of a stage are first read:
   // stage -1 the embedding, 0..L-1 decoder layer l (not again when activation
   // checkpointing recomputes it), L the final norm and the head. Data

@@ -503,6 +503,11 @@ const std::vector<KeyDef>& key_defs() {
               MEMBER(logging.profile_steps), 0, 100000, /*omit_zero=*/true);
     t.integer("logging.profile_warmup", "steps this process runs before the profiled ones",
               MEMBER(logging.profile_warmup), 0);
+    t.integer("logging.memory_trace_step",
+              "record the CUDA allocator's history through this optimizer step (0: off) and write what is alive at "
+              "its peak, by phase (forward / backward / recompute per layer and op, optimizer, weights, gradients, "
+              "optimizer state), into memory_trace.json and memory_trace.md; out of memory in it: memory_trace_oom.*",
+              MEMBER(logging.memory_trace_step), 0, std::numeric_limits<int64_t>::max(), /*omit_zero=*/true);
     // checkpoint
     t.integer("checkpoint.interval", "steps between checkpoints (0: final only)", MEMBER(checkpoint.interval), 0);
     t.integer("checkpoint.keep_last", "checkpoints kept; older ones are deleted", MEMBER(checkpoint.keep_last), 1);

@@ -132,6 +132,9 @@ struct LoggingSection {
   // profile_warmup steps of this process, into profile.json and profile.md (0: off).
   int64_t profile_steps = 0;
   int64_t profile_warmup = 5;
+  // Memory trace (trainer/memory_trace.h): what is alive at the peak of this optimizer
+  // step, by phase, into memory_trace.json and memory_trace.md (0: off).
+  int64_t memory_trace_step = 0;
 };
 
 struct CheckpointSection {

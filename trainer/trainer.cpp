@@ -20,6 +20,8 @@
 #include "trainer/log/log.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/memory_advice.h"
+#include "trainer/memory_phase.h"
+#include "trainer/memory_trace.h"
 #include "trainer/metrics.h"
 #include "trainer/model_setup.h"
 #include "trainer/step_profiler.h"
@@ -145,6 +147,7 @@ class Run {
   void apply_checkpoint_plan(int64_t tokens, int64_t scores);
   int64_t gradients_at_activation_peak() const;
   void make_optimizer();
+  std::vector<std::pair<std::string, at::Tensor>> device_buffers() const;
   void wait_for_weights_stage_by_stage();
   nlohmann::json memory_per_rank() const;
   std::string offloaded_memory_text(const nlohmann::json& m) const;
@@ -181,6 +184,7 @@ class Run {
   DeterministicScope deterministic_;  // training.deterministic
   std::unique_ptr<MetricsLogger> metrics_;
   std::unique_ptr<StepProfiler> profiler_;  // logging.profile_steps; rank 0 only
+  std::unique_ptr<MemoryTrace> memory_trace_;  // logging.memory_trace_step; rank 0 only
   int64_t first_step_ = 0;  // the step this process started from
   int64_t step_ = 0;  // optimizer steps completed
   int64_t total_steps_ = 0;
@@ -212,7 +216,9 @@ TrainOutcome Run::execute() {
       log::warn("a step of the data stream has no supervised token; skipped");
       continue;
     }
+    memory_trace_->begin_step(step_, *model_.model);
     StepRecord rec = train_step_or_explain_oom(*batch);
+    memory_trace_->end_step();
     rec.data_wait_seconds = data_wait;
     rec.step_seconds = seconds_since(step_start);
     counters_.tokens += rec.tokens - rec.padding;
@@ -256,10 +262,12 @@ StepRecord Run::train_step(const data::TrainStep& ts) {
   if (grad_sinks_) grad_sinks_->begin_step(1.0 / denominator);  // the loss's grad_output below
   for (const auto& mb : ts.micro_batches) {
     if (mb.num_tokens == 0) continue;  // an empty slot at the end of an epoch
+    memory_phase::StageScope stage("forward");  // the memory trace's labels (memory_trace.h)
     const DeviceBatch b = to_device(mb, device_.device);
     if (checkpoint_planner_) apply_checkpoint_plan(b.num_tokens, attention_scores(mb.cu_seqlens));
     if (remaining == 1) before_last();
     const models::LossOutput out = model_.model->loss(b.input, b.labels, b.labels_host);
+    memory_trace_->label_loss(out.loss_sum);
     (out.loss_sum / denominator).backward();
     if (--remaining > 0 && fp32_sums) optimizer_->accumulate_gradients();
     loss_sum += out.loss_sum.detach();
@@ -270,6 +278,7 @@ StepRecord Run::train_step(const data::TrainStep& ts) {
   rec.padding = ts.global_padding;
   rec.supervised = ts.global_supervised;
   if (grad_sinks_) grad_sinks_->finish_step();  // zero what no backward of this step wrote (before it is reduced)
+  memory_phase::StageScope stage("gradient reduction");
   if (reducer_) {
     comm_clock_->before_wait();
     reducer_->finish();
@@ -277,6 +286,8 @@ StepRecord Run::train_step(const data::TrainStep& ts) {
     group_->comm().all_reduce_sum(loss_sum).wait();  // for the log; nothing waits for it
   }
   const double lr = learning_rate(config_.schedule, config_.optimizer.lr, step_, total_steps_);
+  if (memory_trace_->recording()) memory_trace_->name_buffers(device_buffers());
+  memory_phase::set_stage("optimizer");
   // The norm and the clip coefficient stay on the device; step() applies the coefficient in its kernel.
   rec.grad_norm = optimizer_->grad_norm(config_.optimizer.grad_clip);
   optimizer_->step(lr, comm_clock_.get());
@@ -295,6 +306,7 @@ StepRecord Run::train_step_or_explain_oom(const data::TrainStep& ts) {
   try {
     return train_step(ts);
   } catch (const c10::OutOfMemoryError& e) {
+    const std::string trace = memory_trace_->out_of_memory();
     int64_t tokens = 0;
     for (const auto& mb : ts.micro_batches) tokens = std::max<int64_t>(tokens, mb.num_tokens);
     // Suggest only what is not already set: with every layer recomputed, what is left is the
@@ -315,7 +327,8 @@ StepRecord Run::train_step_or_explain_oom(const data::TrainStep& ts) {
         "out of memory in step " + std::to_string(step_ + 1) + " (largest micro-batch " + std::to_string(tokens) +
         " tokens). Lower batching.examples_per_micro_batch or batching.max_tokens (raise "
         "batching.grad_accumulation to keep the step size)" + also + ". The last checkpoint is " +
-        (last_checkpoint_ ? last_checkpoint_->string() : std::string("none")) + ".\n" + e.what_without_backtrace());
+        (last_checkpoint_ ? last_checkpoint_->string() : std::string("none")) + "." + trace + "\n" +
+        e.what_without_backtrace());
   }
 }
 
@@ -479,6 +492,8 @@ void Run::start_records() {
                                              std::move(scope));
   profiler_ = std::make_unique<StepProfiler>(leader() ? config_.logging.profile_steps : 0,
                                              config_.logging.profile_warmup, output_dir_, device_);
+  memory_trace_ = std::make_unique<MemoryTrace>(leader() ? config_.logging.memory_trace_step : 0, output_dir_,
+                                                device_.device);
 }
 
 void Run::log_set_up() {
@@ -585,6 +600,26 @@ int64_t Run::gradients_at_activation_peak() const {
   int64_t largest = 0;
   for (const optim::FlatBucket& b : optimizer_->flat().layout().buckets()) largest = std::max(largest, b.size);
   return largest * static_cast<int64_t>(c10::elementSize(optimizer_->flat().dtype()));
+}
+
+// What the memory trace names among the blocks alive after the backward: the weights, the
+// gradients as held now (buckets, shards, the fp32 sums) and the optimizer state.
+std::vector<std::pair<std::string, at::Tensor>> Run::device_buffers() const {
+  const optim::FlatParameters& flat = optimizer_->flat();
+  std::vector<std::pair<std::string, at::Tensor>> out = {
+      {"weights", flat.weights()},           {"master weights", optimizer_->master()},
+      {"moments", optimizer_->exp_avg()},    {"moments", optimizer_->exp_avg_sq()},
+      {"moments", optimizer_->exp_avg_absmax()}, {"moments", optimizer_->exp_avg_sq_absmax()},
+      {"gradients (fp32 sums)", optimizer_->accumulator()}};
+  const optim::FlatGradients& g = flat.gradients();
+  if (g.storage() == optim::GradStorage::kResident) out.emplace_back("gradients", g.buffer());
+  for (size_t b = 0; b < flat.layout().buckets().size(); ++b) {
+    out.emplace_back("gradients", g.bucket(b));
+    out.emplace_back("gradients", g.shard(b));
+  }
+  if (model_.adapter)
+    for (const auto& [name, t] : model_.model->parameters()) out.emplace_back("weights (frozen base)", t);
+  return out;
 }
 
 // model.activation_checkpointing: auto, and every_<k> under model.recompute: auto (replayed

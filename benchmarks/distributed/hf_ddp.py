@@ -25,6 +25,11 @@ run (every token but each example's first), so both modes have the same loss.
 --eval-data FILE: after training, the mean token loss over every example of FILE (the same
 tokens supervised, the same collation as training, --batch examples at a time), in "eval_loss".
 
+--memory-trace-dir DIR: the allocator's history of step --memory-trace-step (1-based, default 3)
+on rank 0, each allocation tagged by the phase that made it, and what is alive at the step's peak
+(or its out-of-memory error) into DIR/memory_trace.{json,md}: fptrain's logging.memory_trace_step,
+for benchmarks/train/memory_trace_report.py to put side by side (PeerMemoryTrace there).
+
 Attention (--attn auto picks the first that can run):
   flash_attention_2  transformers' FA2 path (the flash_attn package);
   torch-varlen       FlashAttention-2 varlen as PyTorch ships it (torch.nn.attention.varlen,
@@ -179,6 +184,16 @@ def buffer_kinds(model, trained, opt, peak_bytes):
     return {k: v / 2**30 for k, v in kinds.items()}
 
 
+def peer_buffers(model, opt):
+    """What the memory trace names after the backward: parameters, gradients, optimizer state."""
+    out = [("weights", p) for p in model.parameters()]
+    out += [("gradients", p.grad) for p in model.parameters() if p.grad is not None]
+    for st in opt.state.values():
+        out += [("moments" if k.startswith("exp_avg") else "optimizer state", t) for k, t in st.items()
+                if torch.is_tensor(t)]
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True)
@@ -213,6 +228,8 @@ def main():
     ap.add_argument("--pad", action="store_true",
                     help="padded micro-batches (to the longest example, attention mask) instead of flattened ones")
     ap.add_argument("--eval-data", help="JSONL whose mean token loss is reported after training")
+    ap.add_argument("--memory-trace-dir", help="write what is alive at the peak of --memory-trace-step here")
+    ap.add_argument("--memory-trace-step", type=int, default=3, help="the step (1-based) --memory-trace-dir records")
     a = ap.parse_args()
     if a.warmup >= a.steps:
         ap.error("--warmup must be smaller than --steps")
@@ -328,6 +345,12 @@ def main():
     # prepare_model_for_kbit_training keeps norms, embeddings and the head in fp32; the HF Trainer's bf16=True
     # (as Axolotl's QLoRA configs run it) computes under autocast, which is what flash attention needs.
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if a.qlora and use_cuda else contextlib.nullcontext()
+    trace = None
+    if a.memory_trace_dir and use_cuda and rank == 0:
+        import sys
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
+        from memory_trace_report import PeerMemoryTrace
+        trace = PeerMemoryTrace(model, a.memory_trace_dir, a.memory_trace_step)
     losses, tokens, start = [], 0, None
     step_counts = []  # (non-padding, padding) tokens of this rank per step
     for step in range(a.steps):
@@ -335,23 +358,39 @@ def main():
             sync()
             start = time.perf_counter()
         n_tokens, n_padding, step_loss = 0, 0, 0.0
-        for micro in range(a.grad_accum):
-            first = step * per_step + micro * a.batch
-            batch = collate([{"input_ids": ids[i]} for i in mine[first:first + a.batch]])
-            real, padding, _ = count_tokens(batch)
-            n_tokens += real
-            n_padding += padding
-            batch = {k: (v.to(device, non_blocking=True) if torch.is_tensor(v) else v) for k, v in batch.items()}
-            # DDP reduces on the last micro-batch only.
-            sync_ctx = net.no_sync() if distributed and micro + 1 < a.grad_accum else contextlib.nullcontext()
-            with sync_ctx, autocast:
-                loss = net(**batch, use_cache=False).loss / a.grad_accum
-                loss.backward()
-            step_loss = step_loss + loss.detach()
-        loss = step_loss
-        torch.nn.utils.clip_grad_norm_(trained, 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        if trace:
+            trace.begin(step + 1)
+        try:
+            for micro in range(a.grad_accum):
+                first = step * per_step + micro * a.batch
+                batch = collate([{"input_ids": ids[i]} for i in mine[first:first + a.batch]])
+                real, padding, _ = count_tokens(batch)
+                n_tokens += real
+                n_padding += padding
+                batch = {k: (v.to(device, non_blocking=True) if torch.is_tensor(v) else v) for k, v in batch.items()}
+                # DDP reduces on the last micro-batch only.
+                sync_ctx = net.no_sync() if distributed and micro + 1 < a.grad_accum else contextlib.nullcontext()
+                with sync_ctx, autocast:
+                    if trace:
+                        trace.forward()
+                    loss = net(**batch, use_cache=False).loss / a.grad_accum
+                    if trace:
+                        trace.label_loss(loss)
+                    loss.backward()
+                step_loss = step_loss + loss.detach()
+            loss = step_loss
+            if trace:
+                trace.name_buffers(peer_buffers(model, opt))
+                trace.optimizer()
+            torch.nn.utils.clip_grad_norm_(trained, 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        except torch.OutOfMemoryError:
+            if trace:
+                trace.end(oom=True)
+            raise
+        if trace:
+            trace.end()
         losses.append(loss.detach())
         step_counts.append((n_tokens, n_padding))
         if step >= a.warmup:

@@ -25,7 +25,11 @@
 # memory of each, the host memory in its log (FPTRAIN_FAMILY_SHAPES=llama3-8b: issue 30's target; the
 # fp32-moment row needs ~100 GiB of host memory). FPTRAIN_FAMILY_DATA=long: long documents instead (FLAN-like
 # text, median 6k tokens, up to 16k, max_length 16384), 2 examples per micro-batch on both sides: the memory
-# issue's second case (row names get "-long").
+# issue's second case (row names get "-long"). FPTRAIN_FAMILY_MEMORY_TRACE=N: both sides record the allocator's
+# history of step N and write what is alive at its peak by phase (fptrain: logging.memory_trace_step; the peer:
+# hf_ddp.py --memory-trace-dir): $OUT/memory-trace-<row>.{json,md} per row, and per shape each fptrain row beside
+# its peer (none / every layer against Liger without / with checkpointing) in
+# $OUT/memory-trace-<shape>-<fptrain row>-vs-<peer row>.md (benchmarks/train/memory_trace_report.py).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD_DIR=${FPTRAIN_BUILD_DIR:-$ROOT/build-gpu}
@@ -42,6 +46,7 @@ ADAPTER=""
 [ "$LORA" -gt 0 ] && ADAPTER="adapter: {type: $ADAPTER_TYPE, r: $LORA, alpha: $((2 * LORA)), target_modules: all-linear}"
 SHAPES=${FPTRAIN_FAMILY_SHAPES:-"qwen2.5-7b qwen3-8b"}
 DATA=${FPTRAIN_FAMILY_DATA:-flan} PER=4 MAXLEN=4096 TAG=""
+TRACE_STEP=${FPTRAIN_FAMILY_MEMORY_TRACE:-0}
 [ "$DATA" = long ] && PER=2 MAXLEN=16384 TAG=-long
 mkdir -p "$OUT" "$WORK"
 cd "$ROOT" || exit 1
@@ -61,6 +66,7 @@ wanted() { [ -z "${FPTRAIN_FAMILY_ONLY:-}" ] || [[ " $FPTRAIN_FAMILY_ONLY " == *
 fp() {  # shape, name, checkpointing, master weights[, more fptrain arguments]
   wanted "$2" || return 0
   local shape=$1 name=$1$TAG-$2 run=$WORK/run-$1$TAG-$2 more=${5:-}
+  [ "$TRACE_STEP" -gt 0 ] && more="$more --set logging.memory_trace_step=$TRACE_STEP"
   rm -rf "$run"
   cat > "$WORK/$name.yaml" <<YAML
 model: {path: $WORK/$shape, dtype: bfloat16, activation_checkpointing: $3}
@@ -80,18 +86,35 @@ YAML
   if timeout "${FPTRAIN_FAMILY_TIMEOUT:-300}" "$FPTRAIN" train "$WORK/$name.yaml" $more > "$OUT/families-$name.log" 2>&1; then
     "$PYTHON" "$TOOLS" fptrain-run --run "$run" --name "$name" --world-size 1 --examples-per-gpu "$PER" > "$WORK/$name.json" &&
       results+=("$WORK/$name.json") && echo "$name: $(cut -c1-160 "$WORK/$name.json")"
+    keep_traces "$run" "$name"
     if [ -s "$run/profile_trace.json" ]; then
       "$PYTHON" "$ROOT/benchmarks/train/profile_report.py" "$run" > /dev/null && cp "$run/profile.md" "$OUT/profile-$shape.md"
     fi
   else
     echo "FAILED $name"; tail -3 "$OUT/families-$name.log"
+    keep_traces "$run" "$name"  # out of memory in the traced step: what was alive then
   fi
+}
+keep_traces() {  # run folder, row name: its memory trace (and an out-of-memory one) into $OUT
+  local f
+  for f in memory_trace memory_trace_oom; do
+    [ -s "$1/$f.json" ] || continue
+    cp "$1/$f.json" "$OUT/${f//_/-}-$2.json" && cp "$1/$f.md" "$OUT/${f//_/-}-$2.md"
+  done
+}
+trace_pair() {  # shape, fptrain row, peer row: both traces side by side
+  local a=$OUT/memory-trace-$1$TAG-$2.json b=$OUT/memory-trace-$1$TAG-$3.json
+  [ -s "$a" ] && [ -s "$b" ] || return 0
+  "$PYTHON" "$ROOT/benchmarks/train/memory_trace_report.py" "$a" "$b" --out "$OUT/memory-trace-$1$TAG-$2-vs-$3.md" \
+    > /dev/null && echo "memory trace: $OUT/memory-trace-$1$TAG-$2-vs-$3.md"
 }
 hf() {  # shape, name, extra args...
   wanted "$2" || return 0
   local shape=$1 name=$1$TAG-$2; shift 2
   [ "$LORA" -gt 0 ] && set -- "$@" --lora "$LORA"
   [ "$LORA" -gt 0 ] && [ "$ADAPTER_TYPE" = qlora ] && set -- "$@" --qlora
+  [ "$TRACE_STEP" -gt 0 ] && set -- "$@" --memory-trace-dir "$WORK/trace-$name" --memory-trace-step "$TRACE_STEP"
+  rm -rf "$WORK/trace-$name"
   if timeout 300 "$PYTHON" benchmarks/distributed/hf_ddp.py --model "$WORK/$shape" --data "$WORK/$DATA.jsonl" --no-shuffle \
        --batch "$PER" --max-length "$MAXLEN" --steps "$STEPS" --warmup 5 --name "$name" "$@" > "$WORK/$name.out" 2> "$OUT/families-$name.log"; then
     grep '^{' "$WORK/$name.out" | tail -1 > "$WORK/$name.json" && results+=("$WORK/$name.json") &&
@@ -99,6 +122,7 @@ hf() {  # shape, name, extra args...
   else
     echo "FAILED $name"; tail -3 "$OUT/families-$name.log"
   fi
+  keep_traces "$WORK/trace-$name" "$name"
 }
 for shape in $SHAPES; do
   nf4=""; [ "${FPTRAIN_FAMILY_NF4_CHECKPOINT:-0}" = 1 ] && nf4=--nf4
@@ -140,6 +164,9 @@ for shape in $SHAPES; do
     hf "$shape" hf-fa2-ckpt
     hf "$shape" hf-liger-nockpt --liger --no-checkpointing
     hf "$shape" hf-liger-ckpt --liger
+    trace_pair "$shape" fptrain-none-bf16-adamw hf-liger-nockpt
+    trace_pair "$shape" fptrain-ckpt-bf16-adamw hf-liger-ckpt
+    trace_pair "$shape" fptrain-ckpt-plain-bf16-adamw hf-liger-ckpt
   fi
   # disk: one shape at a time (FPTRAIN_FAMILY_KEEP=1 keeps it for the next call's rows: FPTRAIN_FAMILY_ONLY)
   [ "${FPTRAIN_FAMILY_KEEP:-0}" = 1 ] || rm -rf "${WORK:?}/$shape"
