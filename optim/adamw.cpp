@@ -41,6 +41,9 @@ AdamW::AdamW(std::vector<std::string> names, std::vector<at::Tensor> params, con
     if (p.scalar_type() != dtype || p.device() != params[0].device())
       throw std::invalid_argument("AdamW: all parameters must share one dtype and device");
   const bool offload = options.offload == Offload::kCpu;
+  if (options.offload_update == OffloadUpdate::kDevice && !offload)
+    throw std::invalid_argument("optimizer.offload_update: device needs optimizer.offload: cpu");
+  const bool host_update = offload && options.offload_update == OffloadUpdate::kHost;
   FlatLayout layout = make_layout(names_, params, layout_alignment(alignment, options), dp_);
   const GradStorage storage =
       options.gradient_storage == GradStorage::kResident ? GradStorage::kResident : GradStorage::kLazy;
@@ -56,11 +59,10 @@ AdamW::AdamW(std::vector<std::string> names, std::vector<at::Tensor> params, con
       ranges_.push_back({b, l.buckets()[b].offset, l.buckets()[b].offset, l.buckets()[b].size});
   }
   const int64_t local = dp_.shard ? l.shard_size() : l.total();
-  if (offload) {  // before the state: make_state() allocates on the host then
+  if (host_update) {
     std::vector<OffloadedStep::Range> host;
     for (const Range& r : ranges_) host.push_back({r.flat, r.local, r.numel});
     offload_ = std::make_unique<OffloadedStep>(std::move(host), w, local, options.host_threads);
-    offload_waited_ = ranges_.size();
   }
   const at::ScalarType state_dtype = master_weights_ ? at::kFloat : w.scalar_type();
   if (master_weights_ && options.split_masters && dtype == at::kBFloat16) {
@@ -79,13 +81,16 @@ AdamW::AdamW(std::vector<std::string> names, std::vector<at::Tensor> params, con
     exp_avg_ = make_state(local, state_dtype);
     exp_avg_sq_ = make_state(local, state_dtype);
   }
+  if (offload && !host_update) make_streamed();  // after the state: it streams those buffers
+  if (offloaded()) offload_waited_ = ranges_.size();
   coef_ = at::ones({}, w.options().dtype(at::kFloat));
 }
 
 // Zeros for a state buffer: on the weights' device, or offloaded on the host.
 at::Tensor AdamW::make_state(int64_t numel, at::ScalarType dtype) const {
   const at::Tensor& w = flat_->weights();
-  return offload_ ? host_state_zeros(numel, dtype, w.device()) : at::zeros({numel}, w.options().dtype(dtype));
+  return options_.offload == Offload::kCpu ? host_state_zeros(numel, dtype, w.device())
+                                           : at::zeros({numel}, w.options().dtype(dtype));
 }
 
 int64_t AdamW::moment_bytes() const {
@@ -102,7 +107,7 @@ flat::Moments8bit AdamW::moments8(int64_t local, int64_t numel) const {
 
 void AdamW::accumulate_gradients() {
   if (!master_weights_) return;
-  if (offload_) wait_for_all_weights();  // the host update has copied and zeroed the last step's
+  if (offloaded()) wait_for_all_weights();  // the host update has copied and zeroed the last step's
   RECORD_USER_SCOPE("fptrain::optimizer_accumulate");  // names the work in a step profile (trainer/step_profiler.h)
   c10::NoGradGuard no_grad;
   flat_->collect_grads();
@@ -114,7 +119,7 @@ void AdamW::accumulate_gradients() {
 
 void AdamW::reduce_accumulated() {
   if (!master_weights_ || !dp_.comm) return;
-  if (offload_) wait_for_all_weights();
+  if (offloaded()) wait_for_all_weights();
   c10::NoGradGuard no_grad;
   if (!accum_.defined()) accum_ = at::zeros({flat_->layout().total()}, flat_->weights().options().dtype(at::kFloat));
   accum_active_ = true;
@@ -148,7 +153,7 @@ void AdamW::accumulate_buckets() {
 at::Tensor AdamW::grad_norm(double max_norm) {
   RECORD_USER_SCOPE("fptrain::clip_grad_norm");
   c10::NoGradGuard no_grad;
-  if (offload_) wait_for_all_weights();
+  if (offloaded()) wait_for_all_weights();
   wait_for_accumulated();
   // With data parallelism the buffer was reduced during the backward: a gradient
   // that arrived elsewhere (assigned by hand) would have missed the reduction.
@@ -195,7 +200,7 @@ at::Tensor AdamW::clip_grad_norm(double max_norm) {
 void AdamW::step(double lr, distributed::CommClock* clock) {
   RECORD_USER_SCOPE("fptrain::optimizer_step");
   c10::NoGradGuard no_grad;
-  if (offload_) wait_for_all_weights();
+  if (offloaded()) wait_for_all_weights();
   wait_for_accumulated();
   flat_->collect_grads();
   ++steps_taken_;
@@ -207,11 +212,12 @@ void AdamW::step(double lr, distributed::CommClock* clock) {
   h.weight_decay = options_.weight_decay;
   h.step = steps_taken_;
   const at::Tensor coef = coef_pending_ ? coef_ : at::Tensor();
-  if (offload_) {  // the host copies the gradients: not zero_grad(), which would zero them first
+  if (offloaded()) {  // the update reads the gradients later: not zero_grad(), which would zero them first
     clock_ = clock;
-    launch_offloaded(h, coef);
-    // Lazy buckets go now (each copy holds its bucket until it left); a resident buffer (and
-    // the fp32 sums) the worker zeroes after its copy.
+    if (offload_) launch_offloaded(h, coef);
+    else launch_streamed(h, coef);
+    // Lazy buckets go now (each copy or device update holds its bucket until it read it); a
+    // resident buffer (and the fp32 sums) the worker or the update stream zeroes after.
     if (flat_->gradients().storage() == GradStorage::kLazy) flat_->zero_grads();
     accum_active_ = false;
     coef_pending_ = false;
@@ -243,7 +249,7 @@ void AdamW::step(double lr, distributed::CommClock* clock) {
 }
 
 void AdamW::wait_for_weights(int64_t end) {
-  if (offload_) wait_offloaded(end);
+  if (offloaded()) wait_offloaded(end);
   if (gathers_.empty() || gathers_.front().begin >= end) return;
   if (clock_) clock_->before_wait();
   while (!gathers_.empty() && gathers_.front().begin < end) {
@@ -255,7 +261,7 @@ void AdamW::wait_for_weights(int64_t end) {
 
 void AdamW::zero_grad() {
   c10::NoGradGuard no_grad;
-  if (offload_) wait_for_all_weights();
+  if (offloaded()) wait_for_all_weights();
   wait_for_accumulated();
   flat_->zero_grads();
   if (accum_active_) accum_.zero_();

@@ -28,7 +28,10 @@
 // With optimizer.offload: cpu the masters and moments live in pinned host memory and
 // step() hands the update to a host worker (optim/offloaded_step.h), bucket by bucket
 // in flat order; wait_for_weights() then also waits for each bucket's new weights
-// (and, sharded, starts its all-gather), so the next forward overlaps the update.
+// (and, sharded, starts its all-gather), so the next forward overlaps the update. With
+// optimizer.offload_update: device the host only stores the state: each bucket's state is
+// streamed through the device and updated there by the step kernel of offload none
+// (optim/streamed_step.h), the same waits handing back the weights.
 #pragma once
 
 #include "distributed/communicator.h"
@@ -37,6 +40,7 @@
 #include "optim/offloaded_step.h"
 #include "optim/optimizer_section.h"
 #include "optim/flat_parameters.h"
+#include "optim/streamed_step.h"
 
 #include <ATen/ATen.h>
 
@@ -109,12 +113,18 @@ class AdamW {
   // accumulator if in use, and forgets a pending clip coefficient.
   void zero_grad();
 
-  // optimizer.offload: cpu: masters, moments and the update on the host.
-  bool offloaded() const { return offload_ != nullptr; }
+  // optimizer.offload: cpu: masters and moments in host memory, the update on the host or
+  // (offload_update: device) streamed through the device.
+  bool offloaded() const { return offload_ != nullptr || streamed_ != nullptr; }
   // Host bytes of the offloaded state and its copies (0 without offload).
   int64_t host_bytes() const;
-  // The offloaded update (tests: failure injection); null without offload.
+  // Device bytes of the device update's staging slots (0 without it).
+  int64_t staging_bytes() const { return streamed_ ? streamed_->device_bytes() : 0; }
+  // The host update (tests: failure injection); null without offload or with the device update.
   OffloadedStep* offload() { return offload_.get(); }
+  const OffloadedStep* offload() const { return offload_.get(); }
+  // The device update of offloaded state; null without offload or with the host update.
+  const StreamedStep* streamed() const { return streamed_.get(); }
 
   int64_t steps_taken() const { return steps_taken_; }
   bool has_master_weights() const { return master_weights_; }
@@ -185,7 +195,14 @@ class AdamW {
   void host_update(const Range& r, const at::Tensor& grads, const at::Tensor& accum, const at::Tensor& coef,
                    const flat::AdamWHyper& h);
   void wait_offloaded(int64_t end);
+  std::vector<OffloadedStep::Input> offload_inputs();
   at::Tensor make_state(int64_t numel, at::ScalarType dtype) const;
+  // optimizer.offload_update: device (optim/adamw_streamed.cpp).
+  std::vector<StreamedStep::State> streamed_states() const;
+  void make_streamed();
+  void launch_streamed(const flat::AdamWHyper& h, const at::Tensor& coef);
+  void device_update(const StreamedStep::Piece& p, const at::Tensor& grads, const at::Tensor& accum,
+                     const std::vector<at::Tensor>& staged, const at::Tensor& coef, const flat::AdamWHyper& h);
 
   struct PendingGather {
     int64_t begin;  // the bucket's first flat element
@@ -206,8 +223,9 @@ class AdamW {
   at::Tensor accum_;                // fp32 gradient sums over micro-batches (accumulate_gradients)
   bool accum_active_ = false;       // accum_ holds gradients of the current step
   std::vector<distributed::Pending> accum_reductions_;  // reduce_accumulated() in flight
-  std::unique_ptr<OffloadedStep> offload_;  // optimizer.offload: cpu
-  size_t offload_waited_ = 0;       // ranges of the launched host update the device waited for
+  std::unique_ptr<OffloadedStep> offload_;   // optimizer.offload: cpu, the update on the host
+  std::unique_ptr<StreamedStep> streamed_;   // optimizer.offload: cpu, the update on the device
+  size_t offload_waited_ = 0;       // ranges of the launched offloaded update the device waited for
   at::Tensor coef_;                 // the clip coefficient of the current step (device fp32 scalar)
   bool coef_pending_ = false;       // step() must apply coef_
   int64_t steps_taken_ = 0;

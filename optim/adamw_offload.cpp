@@ -1,5 +1,6 @@
-// AdamW with optimizer.offload: cpu: the step handed to the host worker
-// (optim/offloaded_step.h) and the forward's per-bucket wait for its weights.
+// AdamW with optimizer.offload: cpu: what each range hands over, the step handed to the host
+// worker (optim/offloaded_step.h) and the forward's per-bucket wait for its weights (either
+// update place).
 #include "optim/adamw.h"
 
 #include <c10/core/GradMode.h>
@@ -7,13 +8,14 @@
 namespace fptrain::optim {
 
 int64_t AdamW::host_bytes() const {
-  return offload_ ? master_bytes() + moment_bytes() + offload_->host_bytes() : 0;
+  if (!offloaded()) return 0;
+  return master_bytes() + moment_bytes() + (offload_ ? offload_->host_bytes() : 0);
 }
 
-// One input per range: its gradients (and fp32 sums) to copy, the input holding a lazy
-// bucket alive until then, and what to zero once they left — a resident buffer's whole
-// bucket (every rank's slice, as zero_grad() would) and the sums' — but only after the copy.
-void AdamW::launch_offloaded(const flat::AdamWHyper& h, const at::Tensor& coef) {
+// One input per range: its gradients (and fp32 sums) to read, the input holding a lazy
+// bucket alive until then, and what to zero once they were read — a resident buffer's whole
+// bucket (every rank's slice, as zero_grad() would) and the sums' — but only after that.
+std::vector<OffloadedStep::Input> AdamW::offload_inputs() {
   const auto& buckets = flat_->layout().buckets();
   const bool resident = flat_->gradients().storage() == GradStorage::kResident;
   std::vector<OffloadedStep::Input> inputs;
@@ -26,7 +28,11 @@ void AdamW::launch_offloaded(const flat::AdamWHyper& h, const at::Tensor& coef) 
     if (accum_active_) in.zero_after.push_back(accum_.narrow(0, b.offset, b.size));
     inputs.push_back(std::move(in));
   }
-  offload_->launch(std::move(inputs), coef,
+  return inputs;
+}
+
+void AdamW::launch_offloaded(const flat::AdamWHyper& h, const at::Tensor& coef) {
+  offload_->launch(offload_inputs(), coef,
                    [this, h](size_t i, const at::Tensor& grads, const at::Tensor& accum, const at::Tensor& c) {
                      host_update(ranges_[i], grads, accum, c, h);
                    });
@@ -54,7 +60,8 @@ void AdamW::wait_offloaded(int64_t end) {
   while (offload_waited_ < ranges_.size() && buckets[ranges_[offload_waited_].bucket].offset < end) {
     const Range& r = ranges_[offload_waited_];
     if (clock_) clock_->before_wait();
-    offload_->wait(offload_waited_);
+    if (offload_) offload_->wait(offload_waited_);
+    else streamed_->wait(offload_waited_);
     if (clock_) clock_->after_wait();
     ++offload_waited_;
     if (!dp_.shard) continue;

@@ -101,8 +101,9 @@ std::vector<ShardPiece> AdamW::held_pieces() const {
 }
 
 std::vector<std::pair<std::string, at::Tensor>> AdamW::state() const {
-  if (offload_ && offload_waited_ < ranges_.size())  // the host state may still be updated
+  if (offloaded() && offload_waited_ < ranges_.size())  // the host state may still be updated
     throw std::logic_error("AdamW::state(): call wait_for_all_weights() after an offloaded step");
+  if (streamed_) streamed_->sync_host();  // the last pieces' state may still be on its way back
   std::vector<std::pair<std::string, at::Tensor>> out;
   const FlatLayout& l = flat_->layout();
   for (const ShardPiece& p : held_pieces()) {
@@ -174,7 +175,8 @@ void AdamW::load_state(const std::vector<std::pair<std::string, at::Tensor>>& te
                        const std::string& source) {
   const SavedIndex saved(tensors, source);
   c10::NoGradGuard no_grad;
-  if (offload_) wait_for_all_weights();
+  if (offloaded()) wait_for_all_weights();
+  if (streamed_) streamed_->sync_host();  // no copy reads or writes the host state while it is restored
   const FlatLayout& l = flat_->layout();
   if (moments_8bit()) {
     // Padding, which no piece covers, as a step leaves it: the codes of zero (absmax 0 means 0 too).

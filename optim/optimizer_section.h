@@ -4,7 +4,14 @@
 
 #include "common/enum_names.h"
 
+#include <cstdint>
+
 namespace fptrain::optim {
+
+// The device update's pieces (optimizer.offload_update: device): at most 2^25 elements, so its
+// two staging slots take 2 x 2^25 x (state bytes per element) of device memory, 258 MiB with
+// split masters and 8-bit moments, whatever the largest bucket (an 8B's embedding: 525M).
+constexpr int64_t kStreamChunk = int64_t{1} << 25;
 
 // How AdamW keeps exp_avg and exp_avg_sq: full (fp32 with master weights, else the model
 // dtype), or 8-bit blockwise as bitsandbytes' AdamW8bit keeps them (a uint8 code per
@@ -22,6 +29,12 @@ enum class GradStorage { kAuto, kLazy, kResident };
 // memory with the update on host threads, overlapped with the next step's forward
 // (optim/offloaded_step.h); the device keeps the weights and gradients only.
 enum class Offload { kNone, kCpu };
+
+// Where an offloaded update runs (optimizer.offload: cpu): host = on host threads
+// (optim/offloaded_step.h: the gradients come to the host, the new weights go back);
+// device = the host only stores the state, each bucket's state is streamed to the device,
+// updated there by the kernel of offload none and streamed back (optim/streamed_step.h).
+enum class OffloadUpdate { kHost, kDevice };
 
 struct OptimizerSection {
   double lr = 2e-5;
@@ -42,6 +55,10 @@ struct OptimizerSection {
   Moments moments = Moments::kFull;  // YAML: state_dtype: auto | int8
   GradStorage gradient_storage = GradStorage::kAuto;  // YAML: gradient_storage: auto | lazy | resident
   Offload offload = Offload::kNone;  // YAML: offload: none | cpu
+  OffloadUpdate offload_update = OffloadUpdate::kHost;  // YAML: offload_update: host | device
+  // Not a YAML key: the device update's most elements per streamed piece (0: kStreamChunk);
+  // tests make it small to cut buckets into several pieces.
+  int64_t stream_chunk = 0;
   // Not a YAML key: the offloaded update's intra-op threads (0: this process's intra-op
   // count). The trainer sets it from cpu_threads, else the cores per rank of the node.
   int host_threads = 0;
@@ -60,6 +77,11 @@ struct EnumNames<optim::GradStorage> {
   static constexpr std::array<EnumEntry<optim::GradStorage>, 3> table = {{{optim::GradStorage::kAuto, "auto"},
                                                                           {optim::GradStorage::kLazy, "lazy"},
                                                                           {optim::GradStorage::kResident, "resident"}}};
+};
+template <>
+struct EnumNames<optim::OffloadUpdate> {
+  static constexpr std::array<EnumEntry<optim::OffloadUpdate>, 2> table = {
+      {{optim::OffloadUpdate::kHost, "host"}, {optim::OffloadUpdate::kDevice, "device"}}};
 };
 template <>
 struct EnumNames<optim::Offload> {

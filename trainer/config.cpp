@@ -478,6 +478,13 @@ const std::vector<KeyDef>& key_defs() {
         "memory, updated by host threads bucket by bucket while the next forward runs (the device keeps the "
         "weights and gradients; the same training bit for bit)",
         MEMBER(optimizer.offload));
+    t.choice<optim::OffloadUpdate>(
+        "optimizer.offload_update",
+        "with optimizer.offload: cpu, where the update runs: host = on host threads (the gradients go to the "
+        "host, the new weights come back); device = the host only stores the state, each bucket's state is "
+        "streamed to the device, updated by the kernel of offload none and streamed back (about 4 bytes per "
+        "parameter each way with split masters and int8 moments, no host compute; the same training bit for bit)",
+        MEMBER(optimizer.offload_update));
     // schedule
     t.integer("schedule.warmup_steps", "linear warmup from 0 to optimizer.lr", MEMBER(schedule.warmup_steps), 0);
     t.choice<LrDecay>("schedule.decay", "after warmup", MEMBER(schedule.decay));
@@ -797,6 +804,9 @@ void validate(const TrainConfig& c) {
     bad("schedule.warmup_steps", std::to_string(c.schedule.warmup_steps) + " exceeds training.max_steps " +
                                      std::to_string(c.training.max_steps));
   if (c.schedule.min_lr > c.optimizer.lr) bad("schedule.min_lr", "exceeds optimizer.lr");
+  if (c.optimizer.offload_update == optim::OffloadUpdate::kDevice && c.optimizer.offload != optim::Offload::kCpu)
+    bad("optimizer.offload_update", "device needs optimizer.offload: cpu (without offload the update is on the "
+                                    "device already)");
   if (c.logging.eval_interval > 0 && c.data.eval.empty())
     bad("logging.eval_interval", "is set but data.eval is not");
   if (c.adapter.type == AdapterType::kNone && (!c.adapter.from.empty() || c.adapter.save_merged))

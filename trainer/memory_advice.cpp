@@ -2,6 +2,7 @@
 
 #include "common/byte_units.h"
 
+#include <algorithm>
 #include <vector>
 
 namespace fptrain::trainer {
@@ -90,6 +91,20 @@ OffloadedBytes offloaded_state_bytes(int64_t params, int64_t dtype_bytes, bool m
   return {device, state + params * dtype_bytes / shards};
 }
 
+int64_t offload_staging_bytes(int64_t piece_elements, int64_t dtype_bytes, bool master_weights, bool split,
+                              bool moments_8bit) {
+  const int64_t state = full_tuning_state_bytes(piece_elements, dtype_bytes, master_weights, 1, false, split,
+                                                moments_8bit) -
+                        piece_elements * 2 * dtype_bytes;
+  return 2 * state;
+}
+
+int64_t offload_piece_elements(const TrainConfig& config, int64_t dtype_bytes, int64_t ranks) {
+  const bool sharded = config.distributed.shard_optimizer != ShardOptimizer::kOff && ranks > 1;
+  const int64_t bucket = (config.distributed.bucket_mb_for(ranks) << 20) / dtype_bytes / (sharded ? ranks : 1);
+  return std::min(bucket, optim::kStreamChunk);
+}
+
 std::string setup_oom_message(const std::string& phase, const TrainConfig& config, const models::ModelConfig& model,
                               int64_t bytes, int64_t ranks, int64_t device_bytes, const std::string& torch_message) {
   const int64_t params = model.num_parameters();
@@ -108,11 +123,17 @@ std::string setup_oom_message(const std::string& phase, const TrainConfig& confi
     const optim::OptimizerSection& o = config.optimizer;
     const bool eight = o.moments == optim::Moments::k8bit;
     const bool offloaded = o.offload == optim::Offload::kCpu;
-    const int64_t now = offloaded ? params * 2 * bytes
+    const bool staged = offloaded && o.offload_update == optim::OffloadUpdate::kDevice;
+    const int64_t staging = staged ? offload_staging_bytes(offload_piece_elements(config, bytes, ranks), bytes,
+                                                           o.master_weights, o.split_masters, eight)
+                                   : 0;
+    const int64_t now = offloaded ? params * 2 * bytes + staging
                                   : full_tuning_state_bytes(params, bytes, o.master_weights, ranks, sharded,
                                                             o.split_masters, eight);
     msg += "Full fine-tuning needs about " + common::gib_text(now) + " per rank for weights, gradients" +
-           (offloaded ? " (the optimizer state is in host memory)" : " and optimizer state") +
+           (!offloaded ? " and optimizer state"
+            : staged   ? " and the device update's staging (the optimizer state is in host memory)"
+                       : " (the optimizer state is in host memory)") +
            " before any activation. Settings that need less:";
     std::vector<Option> options = offloaded ? std::vector<Option>{} : state_options(o, params, bytes, ranks, sharded);
     options.push_back({"adapter.type: lora (a frozen base and small adapters)", params * bytes});

@@ -25,6 +25,13 @@ struct OffloadedBytes {
 };
 OffloadedBytes offloaded_state_bytes(int64_t params, int64_t dtype_bytes, bool master_weights, int64_t ranks,
                                      bool sharded, bool split = false, bool moments_8bit = false);
+// The device staging of optimizer.offload_update: device: two slots, each the state of one
+// piece of `piece_elements` (optim/streamed_step.h).
+int64_t offload_staging_bytes(int64_t piece_elements, int64_t dtype_bytes, bool master_weights, bool split,
+                              bool moments_8bit);
+// The largest piece the device update streams: a bucket (this rank's slice when sharded), at
+// most optim::kStreamChunk elements.
+int64_t offload_piece_elements(const TrainConfig& config, int64_t dtype_bytes, int64_t ranks);
 
 // The error's text: the phase, the estimate against `device_bytes` for weights of `dtype_bytes`,
 // the settings that need less with their sizes, and LibTorch's message.

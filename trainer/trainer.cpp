@@ -546,18 +546,26 @@ void Run::log_set_up() {
                             : ": the copy-engine collectives register it)"));
 }
 
-// The set-up memory line of an offloaded optimizer: the device's part, then the host's.
+// The set-up memory line of an offloaded optimizer: the device's part (with the device
+// update, its staging slots), then the host's, and where the update runs.
 std::string Run::offloaded_memory_text(const nlohmann::json& m) const {
   const int64_t host = m["host_optimizer_bytes"], masters = m["master_weights_bytes"], moments = m["moments_bytes"];
+  const optim::StreamedStep* streamed = optimizer_->streamed();
+  const std::string buckets = std::to_string(optimizer_->flat().layout().buckets().size()) + " bucket(s)";
+  const std::string where =
+      streamed ? "updates it on the device (optimizer.offload_update: device): " + buckets + " streamed in " +
+                     std::to_string(streamed->pieces().size()) + " piece(s) through " +
+                     common::gib_text(optimizer_->staging_bytes()) + " of device staging (two slots)"
+               : "updates it in " + buckets + " on " + std::to_string(optimizer_->offload()->threads()) +
+                     " host thread(s) (optimizer.offload_update: host)";
   return "memory of this rank after set-up: " + common::gib_text(m["weights_bytes"]) + " weights, " +
          common::gib_text(m["gradients_bytes"]) + " gradients, " + common::gib_text(m["optimizer_state_bytes"]) +
          " optimizer state on the device; optimizer.offload: cpu keeps " + common::gib_text(host) + " in " +
          (device_.device.is_cuda() ? "pinned " : "") + "host memory (" + common::gib_text(masters) +
          " master weights" + (optimizer_->split_masters() ? " as 16-bit remainders, " : ", ") +
-         common::gib_text(moments) + (optimizer_->moments_8bit() ? " 8-bit moments, " : " moments, ") +
-         common::gib_text(host - masters - moments) + " weight copy and staging) and updates it in " +
-         std::to_string(optimizer_->flat().layout().buckets().size()) + " bucket(s) on " +
-         std::to_string(optimizer_->offload()->threads()) + " host thread(s)";
+         common::gib_text(moments) + (optimizer_->moments_8bit() ? " 8-bit moments" : " moments") +
+         (streamed ? "" : ", " + common::gib_text(host - masters - moments) + " weight copy and staging") + ") and " +
+         where;
 }
 
 // What a rank holds of the gradients from its reductions to the step, and why (the
@@ -789,12 +797,14 @@ nlohmann::json Run::memory_per_rank() const {
   const int64_t whole = optimizer_->flat().gradients().bytes();
   const int64_t grads = reducer_ && reducer_->releases() ? whole / world() : whole;
   const int64_t masters = optimizer_->master_bytes(), moments = optimizer_->moment_bytes();
-  // Offloaded, masters and moments are host memory: the device holds only the fp32 sums.
-  int64_t state = optimizer_->offloaded() ? 0 : masters + moments;
+  // Offloaded, masters and moments are host memory: the device holds only the fp32 sums and,
+  // with the device update, its staging slots.
+  int64_t state = optimizer_->offloaded() ? optimizer_->staging_bytes() : masters + moments;
   if (optimizer_->accumulator().defined()) state += optimizer_->accumulator().nbytes();
   nlohmann::json j = {{"weights_bytes", weights},       {"gradients_bytes", grads}, {"optimizer_state_bytes", state},
                       {"master_weights_bytes", masters}, {"moments_bytes", moments}, {"gradients_whole_bytes", whole}};
   if (optimizer_->offloaded()) j["host_optimizer_bytes"] = optimizer_->host_bytes();
+  if (optimizer_->streamed()) j["offload_staging_bytes"] = optimizer_->staging_bytes();
   if (device_.device.is_cuda()) {
     const MemoryStats m = memory_stats(device_.device);
     j["activations_and_workspace_peak_bytes"] = std::max<int64_t>(0, m.peak_allocated_bytes - weights - grads - state);

@@ -3,12 +3,15 @@
 // waited for in order as the next forward waits for them. Reports, per form and setting, the
 // mean milliseconds until the first bucket and until every bucket is back on the device (on
 // the device: the step kernels), the device memory the optimizer added and the host memory
-// it keeps. Timed with CUDA events (the host update blocks the waits, so the events measure it).
+// it keeps. Timed with CUDA events (the host update blocks the waits, and the device update's
+// waits make the compute stream wait for its update stream, so the events measure either).
 // Gradients: realistic by default (gradient_data.h; the 8-bit host step's speed depends on
-// them), --data normal for N(0, 1e-3) as before.
+// them), --data normal for N(0, 1e-3) as before. --update picks where the offloaded update
+// runs (optimizer.offload_update): host (the default, as before), device, or both (one row
+// each, so one run compares them on one machine).
 //
 //   offload_bench [--shape llama3-1b|llama3-3b|llama2-7b|llama3-8b] [--iters N] [--bucket-mb M]
-//                 [--data realistic|normal] [--out DIR]
+//                 [--data realistic|normal] [--update host|device|both] [--out DIR]
 #include "benchmarks/train/bench_setup.h"
 #include "benchmarks/train/gradient_data.h"
 #include "optim/adamw.h"
@@ -18,6 +21,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -31,15 +35,32 @@ struct Form {
   optim::Moments moments;
 };
 
+// Where the state lives and the update runs; `name` labels the rows ("cpu": the host update, as before).
+struct Setting {
+  std::string name;
+  optim::Offload offload;
+  optim::OffloadUpdate update;
+};
+
+std::vector<Setting> settings_of(const std::string& update) {
+  std::vector<Setting> out = {{"none", optim::Offload::kNone, optim::OffloadUpdate::kHost}};
+  if (update == "host" || update == "both") out.push_back({"cpu", optim::Offload::kCpu, optim::OffloadUpdate::kHost});
+  if (update == "device" || update == "both")
+    out.push_back({"cpu, device update", optim::Offload::kCpu, optim::OffloadUpdate::kDevice});
+  if (out.size() == 1) throw std::invalid_argument("--update: expected host, device or both, got '" + update + "'");
+  return out;
+}
+
 // One form under one setting: mean ms to the first and the last bucket, memory.
-nlohmann::ordered_json measure(const models::ModelConfig& config, const Form& f, optim::Offload offload, int iters,
+nlohmann::ordered_json measure(const models::ModelConfig& config, const Form& f, const Setting& setting, int iters,
                                int64_t bucket_mb, const std::string& data) {
   const bench::BenchParameters bp = bench::bf16_parameters(config, at::kCUDA);
   const int64_t before = bench::device_allocated().current;
   optim::OptimizerSection o;
   o.split_masters = f.split;
   o.moments = f.moments;
-  o.offload = offload;
+  o.offload = setting.offload;
+  o.offload_update = setting.update;
   optim::DataParallelSpec dp;
   dp.bucket_elements = bucket_mb << 19;  // bf16
   optim::AdamW opt(bp.names, bp.params, o, optim::FlatLayout::kDefaultAlignment, dp);
@@ -66,18 +87,19 @@ nlohmann::ordered_json measure(const models::ModelConfig& config, const Form& f,
     last += start.elapsed_time(all_ready) / iters;
   }
   return {{"form", f.name},
-          {"offload", offload == optim::Offload::kCpu ? "cpu" : "none"},
+          {"offload", setting.name},
           {"buckets", opt.flat().layout().buckets().size()},
           {"first_bucket_ms", first},
           {"step_ms", last},
           {"device_bytes_added", device_bytes},
-          {"host_bytes", opt.host_bytes()}};
+          {"host_bytes", opt.host_bytes()},
+          {"staging_bytes", opt.staging_bytes()}};
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string shape = "llama3-1b", out_dir = ".", data = "realistic";
+  std::string shape = "llama3-1b", out_dir = ".", data = "realistic", update = "host";
   int iters = 3;
   int64_t bucket_mb = 512;
   // Unknown options are ignored, as they always were here.
@@ -86,6 +108,7 @@ int main(int argc, char** argv) {
                         {"--iters", [&](const std::string& v) { iters = std::stoi(v); }},
                         {"--bucket-mb", [&](const std::string& v) { bucket_mb = std::stoll(v); }},
                         {"--data", [&](const std::string& v) { data = v; }},
+                        {"--update", [&](const std::string& v) { update = v; }},
                         {"--out", [&](const std::string& v) { out_dir = v; }}});
   const models::ModelConfig config = bench::llama_shape(shape);
   const std::vector<Form> forms = {{"split masters, 8-bit moments", true, optim::Moments::k8bit},
@@ -94,13 +117,14 @@ int main(int argc, char** argv) {
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   std::string md = "| form | offload | buckets | first bucket ms | step ms | device GiB added | host GiB |\n"
                    "| --- | --- | ---: | ---: | ---: | ---: | ---: |\n";
+  const std::vector<Setting> settings = settings_of(update);
   for (const Form& f : forms)
-    for (const optim::Offload offload : {optim::Offload::kNone, optim::Offload::kCpu}) {
+    for (const Setting& setting : settings) {
       nlohmann::ordered_json r;
       try {
-        r = measure(config, f, offload, iters, bucket_mb, data);
+        r = measure(config, f, setting, iters, bucket_mb, data);
       } catch (const std::exception& e) {  // out of device or host memory: the row says so
-        r = {{"form", f.name}, {"offload", offload == optim::Offload::kCpu ? "cpu" : "none"}, {"error", e.what()}};
+        r = {{"form", f.name}, {"offload", setting.name}, {"error", e.what()}};
         std::fprintf(stderr, "%s / %s: %s\n", f.name.c_str(), r["offload"].get<std::string>().c_str(), e.what());
         rows.push_back(r);
         continue;
@@ -114,7 +138,8 @@ int main(int argc, char** argv) {
       std::fputs(line, stdout);
       rows.push_back(r);
     }
-  bench::write_json(out_dir, "offload-bench.json", {{"shape", shape}, {"data", data}, {"rows", rows}});
+  bench::write_json(out_dir, "offload-bench.json",
+                    {{"shape", shape}, {"data", data}, {"update", update}, {"rows", rows}});
   std::ofstream(out_dir + "/offload-bench.md") << "offload_bench --shape " << shape << " (mean of " << iters
                                                << " steps, " << data << " gradients)\n\n" << md;
   return 0;

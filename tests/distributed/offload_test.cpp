@@ -1,7 +1,9 @@
 // optimizer.offload: cpu with data parallelism (CPU ranks over the TCP store): each rank
 // offloads its shard (or, replicated, the whole state) and trains bit for bit as without
 // offload: losses, gradient norms and every rank's checkpoint file; with two buckets the
-// all-gathers start as the forward waits for each; a sharded run resumes across settings.
+// all-gathers start as the forward waits for each; a sharded run resumes across settings;
+// with optimizer.offload_update: device each rank streams its shard's 8-bit state through the
+// "device" (whole blocks per slice) and trains as without offload.
 #include "tests/distributed/dist_test_util.h"
 
 namespace fptrain::distributed {
@@ -57,6 +59,27 @@ TEST(DataParallelOffload, TwoBucketsShardedAndResumedAcrossSettings) {
   expect_same_files(none.dir, cpu.dir, 6);
   train_run(dir, "mixed", 2, kTokens, "", with(base, {"optimizer.offload=cpu", "training.stop_at_step=3"}));
   const auto mixed = train_run(dir, "mixed", 2, kTokens, "", base);
+  expect_same_steps(mixed.records, none.records, 0.0);
+  expect_same_files(none.dir, mixed.dir, 6);
+}
+
+// Sharded split masters and 8-bit moments in two buckets, the update streamed through the
+// device: each rank's slices are whole 256-blocks and its all-gathers start as the forward
+// waits, as for the host update; stopped at step 3 and resumed with the host update.
+TEST(DataParallelOffload, TheDeviceUpdateShardedTrainsAsOnTheDevice) {
+  WorkDir dir;
+  const std::vector<std::string> base = {"training.max_steps=6", "data.shuffle=true", "distributed.bucket_mb=1",
+                                         "distributed.shard_optimizer=true", "batching.examples_per_micro_batch=2",
+                                         "model.dtype=bfloat16", "optimizer.master_weights=split",
+                                         "optimizer.state_dtype=int8"};
+  const std::vector<std::string> device = {"optimizer.offload=cpu", "optimizer.offload_update=device"};
+  const auto none = train_run(dir, "none", 2, kTokens, "", base);
+  const auto streamed = train_run(dir, "device", 2, kTokens, "", with(base, device));
+  ASSERT_EQ(none.records.size(), 6u) << none.outcome.describe();
+  expect_same_steps(streamed.records, none.records, 0.0);
+  expect_same_files(none.dir, streamed.dir, 6);
+  train_run(dir, "mixed", 2, kTokens, "", with(with(base, device), {"training.stop_at_step=3"}));
+  const auto mixed = train_run(dir, "mixed", 2, kTokens, "", with(base, {"optimizer.offload=cpu"}));
   expect_same_steps(mixed.records, none.records, 0.0);
   expect_same_files(none.dir, mixed.dir, 6);
 }

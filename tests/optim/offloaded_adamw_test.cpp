@@ -1,9 +1,10 @@
 // optimizer.offload: cpu on the CPU, where host and device are the same memory and the
-// copies are host copies, so the whole path runs: an offloaded AdamW trains bit for bit as
-// one on the device in every state form (fp32 / split / no masters, full / 8-bit moments,
-// fp32 gradient sums, clipping), bucket by bucket with each bucket's weights final once
-// waited for, resumes across offload none <-> cpu, and a failing host update is an error
-// on the training thread, not a hang.
+// copies are host copies, so the whole path runs: an offloaded AdamW, its update on the host
+// or streamed through the "device" (optimizer.offload_update), trains bit for bit as one on
+// the device in every state form (fp32 / split / no masters, full / 8-bit moments, fp32
+// gradient sums, clipping), bucket by bucket with each bucket's weights final once waited
+// for, resumes across offload none <-> host update <-> device update, and a failing host
+// update is an error on the training thread, not a hang.
 #include "optim/adamw.h"
 #include "tests/optim/offload_test_util.h"
 
@@ -50,8 +51,15 @@ const std::vector<Form> kForms = {
     {"bf16, no masters, 8-bit moments", at::kBFloat16, false, false, false, Moments::k8bit},
 };
 
-std::unique_ptr<AdamW> make(const Form& f, Offload offload, GradStorage storage = GradStorage::kAuto) {
-  OptimizerSection o = testing::section_of(f, offload, 1e-2);
+// Where an offloaded update runs (none: not offloaded).
+enum class Place { kNone, kHost, kDevice };
+const char* name_of(Place p) { return p == Place::kNone ? "none" : p == Place::kHost ? "host" : "device"; }
+
+// `chunk`: the device update's piece size (0: the default, one piece per bucket here).
+std::unique_ptr<AdamW> make(const Form& f, Place place, GradStorage storage = GradStorage::kAuto, int64_t chunk = 0) {
+  OptimizerSection o = testing::section_of(f, place == Place::kNone ? Offload::kNone : Offload::kCpu, 1e-2);
+  o.offload_update = place == Place::kDevice ? OffloadUpdate::kDevice : OffloadUpdate::kHost;
+  o.stream_chunk = chunk;
   o.gradient_storage = storage;
   DataParallelSpec dp;
   dp.bucket_elements = 512;  // several buckets of this small model
@@ -76,72 +84,90 @@ std::vector<std::pair<std::string, at::Tensor>> cloned(const std::vector<std::pa
   return out;
 }
 
-// Lazy gradients (freed by the step while their copies hold them) and a resident buffer
-// (zeroed by the worker after its copy).
+// Lazy gradients (freed by the step while their copies or updates hold them) and a resident
+// buffer (zeroed after its copy or update). The device update cuts each bucket into pieces of
+// 256 elements, one block.
 TEST(OffloadedAdamW, TrainsAsOnTheDeviceBitForBitInEveryForm) {
-  for (const Form& f : kForms)
-    for (const GradStorage storage : {GradStorage::kLazy, GradStorage::kResident}) {
-      SCOPED_TRACE(std::string(f.name) + (storage == GradStorage::kLazy ? ", lazy" : ", resident"));
-      auto device = make(f, Offload::kNone, storage), host = make(f, Offload::kCpu, storage);
-      ASSERT_TRUE(host->offloaded());
-      ASSERT_FALSE(device->offloaded());
-      ASSERT_GT(host->flat().layout().buckets().size(), 2u);
-      EXPECT_GT(host->host_bytes(), host->master_bytes() + host->moment_bytes());
-      EXPECT_EQ(device->host_bytes(), 0);
-      train(*device, f.fp32_sums, 0, 4);
-      train(*host, f.fp32_sums, 0, 4);
-      expect_same(*device, *host);
-      // The gradients were freed or zeroed after their copy, as zero_grad() does it.
-      EXPECT_EQ(host->flat().gradients().gathered().count_nonzero().item<int64_t>(), 0);
-      if (storage == GradStorage::kLazy) EXPECT_EQ(host->flat().gradients().allocated_bytes(), 0);
-    }
+  for (const Place place : {Place::kHost, Place::kDevice})
+    for (const Form& f : kForms)
+      for (const GradStorage storage : {GradStorage::kLazy, GradStorage::kResident}) {
+        SCOPED_TRACE(std::string(f.name) + (storage == GradStorage::kLazy ? ", lazy, " : ", resident, ") +
+                     name_of(place));
+        auto device = make(f, Place::kNone, storage), host = make(f, place, storage, 256);
+        ASSERT_TRUE(host->offloaded());
+        ASSERT_FALSE(device->offloaded());
+        ASSERT_GT(host->flat().layout().buckets().size(), 2u);
+        if (place == Place::kDevice) {
+          ASSERT_EQ(host->offload(), nullptr);
+          ASSERT_GT(host->streamed()->pieces().size(), host->flat().layout().buckets().size());
+          EXPECT_EQ(host->host_bytes(), host->master_bytes() + host->moment_bytes());  // no copies on the host
+          EXPECT_GT(host->staging_bytes(), 0);
+        } else {
+          EXPECT_GT(host->host_bytes(), host->master_bytes() + host->moment_bytes());
+          EXPECT_EQ(host->staging_bytes(), 0);
+        }
+        EXPECT_EQ(device->host_bytes(), 0);
+        train(*device, f.fp32_sums, 0, 4);
+        train(*host, f.fp32_sums, 0, 4);
+        expect_same(*device, *host);
+        // The gradients were freed or zeroed after their copy, as zero_grad() does it.
+        EXPECT_EQ(host->flat().gradients().gathered().count_nonzero().item<int64_t>(), 0);
+        if (storage == GradStorage::kLazy) EXPECT_EQ(host->flat().gradients().allocated_bytes(), 0);
+      }
 }
 
 // Each bucket is final as soon as it is waited for, before the later ones are.
 TEST(OffloadedAdamW, EachBucketIsFinalOnceWaitedFor) {
   const Form f = kForms[4];  // split masters
-  auto device = make(f, Offload::kNone), host = make(f, Offload::kCpu);
-  train(*device, false, 0, 2);
-  train(*host, false, 0, 1);
-  for (int j = 0; j < 2; ++j) loss(host->flat().params(), 100 + j).backward();
-  host->grad_norm(0.5);
-  host->step(1e-2 * (1.0 + 0.1 * 1));
-  for (const FlatBucket& b : host->flat().layout().buckets()) {
-    host->wait_for_weights(b.offset + b.size);
-    EXPECT_TRUE(at::equal(host->flat().weights().narrow(0, b.offset, b.size),
-                          device->flat().weights().narrow(0, b.offset, b.size)))
-        << "bucket at " << b.offset;
+  for (const Place place : {Place::kHost, Place::kDevice}) {
+    SCOPED_TRACE(name_of(place));
+    auto device = make(f, Place::kNone), host = make(f, place);
+    train(*device, false, 0, 2);
+    train(*host, false, 0, 1);
+    for (int j = 0; j < 2; ++j) loss(host->flat().params(), 100 + j).backward();
+    host->grad_norm(0.5);
+    host->step(1e-2 * (1.0 + 0.1 * 1));
+    for (const FlatBucket& b : host->flat().layout().buckets()) {
+      host->wait_for_weights(b.offset + b.size);
+      EXPECT_TRUE(at::equal(host->flat().weights().narrow(0, b.offset, b.size),
+                            device->flat().weights().narrow(0, b.offset, b.size)))
+          << "bucket at " << b.offset;
+    }
   }
 }
 
-// A checkpoint of either setting resumes under the other as the same run.
-TEST(OffloadedAdamW, ResumesAcrossOffloadNoneAndCpu) {
-  for (const Form& f : {kForms[2], kForms[5]}) {
+// A checkpoint of any setting resumes under any other as the same run: the saved state is
+// one format whether the update ran on the host or on the device.
+TEST(OffloadedAdamW, ResumesAcrossOffloadNoneHostAndDeviceUpdates) {
+  const std::vector<Place> places = {Place::kNone, Place::kHost, Place::kDevice};
+  for (const Form& f : {kForms[2], kForms[5], kForms[6]}) {
     SCOPED_TRACE(f.name);
-    auto straight = make(f, Offload::kNone);
+    auto straight = make(f, Place::kNone);
     train(*straight, f.fp32_sums, 0, 3);
     const auto at3 = cloned(straight->state());
     const at::Tensor weights3 = straight->flat().weights().clone();
     train(*straight, f.fp32_sums, 3, 6);
-    for (const Offload first : {Offload::kNone, Offload::kCpu}) {
-      const Offload second = first == Offload::kNone ? Offload::kCpu : Offload::kNone;
-      auto a = make(f, first);
-      a->flat().weights().copy_(weights3);
-      a->load_state(at3, 3);
-      train(*a, f.fp32_sums, 3, 4);
-      const auto at4 = cloned(a->state());
-      auto b = make(f, second);
-      b->flat().weights().copy_(a->flat().weights());
-      b->load_state(at4, 4);
-      train(*b, f.fp32_sums, 4, 6);
-      expect_same(*straight, *b);
-    }
+    for (const Place first : places)
+      for (const Place second : places) {
+        if (first == second) continue;
+        SCOPED_TRACE(std::string(name_of(first)) + " then " + name_of(second));
+        auto a = make(f, first);
+        a->flat().weights().copy_(weights3);
+        a->load_state(at3, 3);
+        train(*a, f.fp32_sums, 3, 4);
+        const auto at4 = cloned(a->state());
+        auto b = make(f, second);
+        b->flat().weights().copy_(a->flat().weights());
+        b->load_state(at4, 4);
+        train(*b, f.fp32_sums, 4, 6);
+        expect_same(*straight, *b);
+      }
   }
 }
 
 // A host update that throws: the next wait reports it (no hang), and so does every later one.
 TEST(OffloadedAdamW, AFailingHostUpdateIsReportedNotAHang) {
-  auto opt = make(kForms[2], Offload::kCpu);
+  auto opt = make(kForms[2], Place::kHost);
   train(*opt, false, 0, 1);
   opt->offload()->fail_at_for_testing(1);
   loss(opt->flat().params(), 5).backward();

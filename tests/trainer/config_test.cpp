@@ -197,6 +197,27 @@ TEST(TrainConfig, OptimizerStateDtype) {
   EXPECT_NE(e.find("optimizer.state_dtype: 'int16' is not one of auto | int8"), std::string::npos) << e;
 }
 
+// optimizer.offload_update: host by default; device with offload: cpu; anything else, or
+// device without offload, an error naming the key.
+TEST(TrainConfig, OffloadUpdatePlace) {
+  EXPECT_EQ(parse_config("model:\n  path: m\n", "c.yaml").optimizer.offload_update, optim::OffloadUpdate::kHost);
+  TrainConfig c = parse_config(kFull, "full.yaml");
+  apply_override(c, "optimizer.offload=cpu");
+  apply_override(c, "optimizer.offload_update=device");
+  EXPECT_EQ(c.optimizer.offload_update, optim::OffloadUpdate::kDevice);
+  EXPECT_NE(to_yaml(c).find("offload_update: device"), std::string::npos) << to_yaml(c);
+  EXPECT_EQ(to_yaml(parse_config(to_yaml(c), "resolved.yaml")), to_yaml(c));
+  validate(c);
+  for (const std::string bad : {"gpu", "cpu", "true"}) {
+    const std::string e = error_of([&] { parse_config("optimizer:\n  offload_update: " + bad + "\n", "bad.yaml"); });
+    EXPECT_NE(e.find("optimizer.offload_update: '" + bad + "' is not one of host | device"), std::string::npos) << e;
+    EXPECT_EQ(e.rfind("bad.yaml", 0), 0u) << e;
+  }
+  apply_override(c, "optimizer.offload=none");
+  const std::string e = error_of([&] { validate(c); });
+  EXPECT_NE(e.find("optimizer.offload_update: device needs optimizer.offload: cpu"), std::string::npos) << e;
+}
+
 TEST(TrainConfig, GradientBucketsAreAutoOrMiB) {
   TrainConfig c = parse_config(kFull, "full.yaml");
   apply_override(c, "distributed.bucket_mb=auto");

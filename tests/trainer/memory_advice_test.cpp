@@ -3,6 +3,7 @@
 #include "trainer/memory_advice.h"
 
 #include "common/byte_units.h"
+#include "optim/adamw.h"
 #include "tests/trainer/trainer_test_util.h"
 
 #include <gtest/gtest.h>
@@ -96,6 +97,62 @@ TEST(MemoryAdvice, OffloadKeepsOnlyWeightsAndGradientsOnTheDevice) {
             std::string::npos)
       << now;
   EXPECT_EQ(now.find("optimizer.master_weights: split"), std::string::npos) << now;
+}
+
+// optimizer.offload_update: device adds its two staging slots to the device's part: the
+// estimate is what AdamW allocates for a piece of that size, in every state form; the piece is
+// a bucket (a rank's slice when sharded), at most optim::kStreamChunk elements.
+TEST(MemoryAdvice, TheDeviceUpdateCountsItsStaging) {
+  const int64_t piece = 4 * 256;
+  EXPECT_EQ(offload_staging_bytes(piece, 2, true, true, true), 2 * (piece * 4 + piece / 256 * 8));
+  EXPECT_EQ(offload_staging_bytes(piece, 2, true, false, false), 2 * piece * 12);
+  EXPECT_EQ(offload_staging_bytes(piece, 2, false, false, false), 2 * piece * 4);
+  struct Case {
+    at::ScalarType dtype;
+    bool masters, split;
+    optim::Moments moments;
+  };
+  for (const Case& c : {Case{at::kBFloat16, true, true, optim::Moments::k8bit},
+                        Case{at::kBFloat16, true, false, optim::Moments::k8bit},
+                        Case{at::kBFloat16, true, false, optim::Moments::kFull},
+                        Case{at::kBFloat16, false, false, optim::Moments::kFull},
+                        Case{at::kFloat, true, false, optim::Moments::k8bit}}) {
+    optim::OptimizerSection o;
+    o.master_weights = c.masters;
+    o.split_masters = c.split;
+    o.moments = c.moments;
+    o.offload = optim::Offload::kCpu;
+    o.offload_update = optim::OffloadUpdate::kDevice;
+    o.stream_chunk = piece;
+    optim::DataParallelSpec dp;
+    dp.bucket_elements = 3 * piece;
+    std::vector<at::Tensor> params = {at::zeros({64, 80}, c.dtype).requires_grad_(),
+                                      at::zeros({700}, c.dtype).requires_grad_()};
+    optim::AdamW opt({"a", "b"}, params, o, optim::FlatLayout::kDefaultAlignment, dp);
+    const int64_t bytes = c.dtype == at::kFloat ? 4 : 2;
+    EXPECT_EQ(opt.staging_bytes(),
+              offload_staging_bytes(piece, bytes, c.masters, c.split, c.moments == optim::Moments::k8bit))
+        << c.masters << c.split << static_cast<int>(c.moments);
+  }
+  TrainConfig config;  // auto buckets: 64 MiB in one process, 512 MiB with several ranks
+  EXPECT_EQ(offload_piece_elements(config, 2, 1), optim::kStreamChunk);
+  EXPECT_EQ(offload_piece_elements(config, 2, 16), (int64_t{512} << 19) / 16);
+  config.distributed.bucket_mb = 8;
+  EXPECT_EQ(offload_piece_elements(config, 2, 1), int64_t{8} << 19);
+  config.distributed.bucket_mb = 1024;
+  EXPECT_EQ(offload_piece_elements(config, 2, 1), optim::kStreamChunk);
+
+  const models::ModelConfig model = llama_shape(128256, 14336, 8);
+  config.optimizer.offload = optim::Offload::kCpu;
+  config.optimizer.offload_update = optim::OffloadUpdate::kDevice;
+  config.optimizer.split_masters = true;
+  config.optimizer.moments = optim::Moments::k8bit;
+  const int64_t device = model.num_parameters() * 4 + offload_staging_bytes(optim::kStreamChunk, 2, true, true, true);
+  const std::string now = setup_oom_message("allocating the optimizer state", config, model, 2, 1, 80 * kGiB, "");
+  EXPECT_NE(now.find("about " + common::gib_text(device) + " per rank for weights, gradients and the device "
+                     "update's staging (the optimizer state is in host memory)"),
+            std::string::npos)
+      << now;
 }
 
 // A Llama-2-7B shape with fp32 masters on one 80 GB GPU: 100.41 GiB, what fptrain's set-up measured

@@ -2,7 +2,9 @@
 // copies host copies): the same losses, gradient norms and checkpoint bytes as offload none
 // (split masters with grad accumulation and clipping; 8-bit moments with fp32 sums; an fp32
 // model in two buckets, each waited for by the forward's stage hook), a run resumed across
-// the two settings is the same run, and the set-up log puts the state in host memory.
+// the two settings is the same run, and the set-up log puts the state in host memory. With
+// optimizer.offload_update: device (the state streamed through the "device") the same, and
+// a run resumes across the two update places.
 #include "tests/trainer/trainer_test_util.h"
 
 namespace fptrain::trainer {
@@ -79,6 +81,32 @@ TEST(TrainOffload, EightBitMomentsWithFp32SumsTrainAsWithoutOffload) {
   expect_same_run(dir, "none", "cpu", 6);
 }
 
+TEST(TrainOffload, TheDeviceUpdateTrainsAsWithoutOffloadAndResumesAcrossHost) {
+  TempDir dir;
+  const std::vector<std::string> sets = {"model.dtype=bfloat16", "optimizer.master_weights=split",
+                                         "optimizer.state_dtype=int8", "optimizer.offload=cpu"};
+  auto with = [&](const std::vector<std::string>& more) {
+    std::vector<std::string> out = sets;
+    out.insert(out.end(), more.begin(), more.end());
+    return out;
+  };
+  train_with(dir, "none", "llama", {"model.dtype=bfloat16", "optimizer.master_weights=split",
+                                    "optimizer.state_dtype=int8"});
+  const CommandResult device = train_with(dir, "device", "llama", with({"optimizer.offload_update=device"}));
+  EXPECT_NE(device.output.find("and updates it on the device (optimizer.offload_update: device): "),
+            std::string::npos)
+      << device.output;
+  EXPECT_NE(device.output.find(" of device staging (two slots)"), std::string::npos) << device.output;
+  expect_same_run(dir, "none", "device", 6);
+  // The host update until step 3, then the device's; and the other way round.
+  train_with(dir, "host_then_device", "llama", with({"training.stop_at_step=3"}));
+  train_with(dir, "host_then_device", "llama", with({"optimizer.offload_update=device"}));
+  expect_same_run(dir, "none", "host_then_device", 6);
+  train_with(dir, "device_then_host", "llama", with({"optimizer.offload_update=device", "training.stop_at_step=3"}));
+  train_with(dir, "device_then_host", "llama", with({}));
+  expect_same_run(dir, "none", "device_then_host", 6);
+}
+
 // An fp32 model of 1.5 MB in 1 MiB buckets: two host updates, the forward waiting for each;
 // lazy (the default) and resident gradients.
 TEST(TrainOffload, AnFp32ModelInTwoBucketsTrainsAsWithoutOffload) {
@@ -87,7 +115,7 @@ TEST(TrainOffload, AnFp32ModelInTwoBucketsTrainsAsWithoutOffload) {
   train_with(dir, "none", "llama64", sets);
   const CommandResult cpu = train_with(dir, "cpu", "llama64", {"distributed.bucket_mb=1", "optimizer.offload=cpu"});
   EXPECT_NE(cpu.output.find("and updates it in 2 bucket(s) on "), std::string::npos) << cpu.output;
-  EXPECT_NE(cpu.output.find(" host thread(s)"), std::string::npos) << cpu.output;
+  EXPECT_NE(cpu.output.find(" host thread(s) (optimizer.offload_update: host)"), std::string::npos) << cpu.output;
   expect_same_run(dir, "none", "cpu", 6);
   // A resident gradient buffer: the worker zeroes each bucket once its copy left.
   train_with(dir, "resident", "llama64",
