@@ -1,7 +1,7 @@
 // What the CPU and CUDA tests of optimizer.offload: cpu (tests/optim/offloaded_adamw_test.cpp,
-// tests/trainer_gpu/offloaded_optimizer_gpu_test.cpp) share: a state form, the parameters of
-// a small model, the optimizer's settings, the trainer's step loop and the comparison of two
-// optimizers. Each test keeps its own shapes and loss.
+// tests/trainer_gpu/{offloaded,streamed}_optimizer_gpu_test.cpp) share: a state form, the
+// parameters of a small model, the optimizer's settings and where its update runs, the
+// trainer's step loop and the comparison of two optimizers. Each test keeps its own shapes and loss.
 #pragma once
 
 #include "optim/adamw.h"
@@ -54,6 +54,19 @@ inline OptimizerSection section_of(const Form& f, Offload offload, double lr) {
   o.fp32_grad_accumulation = f.fp32_sums;
   o.moments = f.moments;
   o.offload = offload;
+  return o;
+}
+
+// Where an offloaded update runs (none: not offloaded).
+enum class Place { kNone, kHost, kDevice };
+inline const char* name_of(Place p) { return p == Place::kNone ? "none" : p == Place::kHost ? "host" : "device"; }
+
+// section_of with the update at `place`; `chunk`: the device update's piece size (0: the default).
+inline OptimizerSection section_at(const Form& f, Place place, double lr, GradStorage storage, int64_t chunk) {
+  OptimizerSection o = section_of(f, place == Place::kNone ? Offload::kNone : Offload::kCpu, lr);
+  o.offload_update = place == Place::kDevice ? OffloadUpdate::kDevice : OffloadUpdate::kHost;
+  o.stream_chunk = chunk;
+  o.gradient_storage = storage;
   return o;
 }
 

@@ -51,16 +51,12 @@ const std::vector<Form> kForms = {
     {"bf16, no masters, 8-bit moments", at::kBFloat16, false, false, false, Moments::k8bit},
 };
 
-// Where an offloaded update runs (none: not offloaded).
-enum class Place { kNone, kHost, kDevice };
-const char* name_of(Place p) { return p == Place::kNone ? "none" : p == Place::kHost ? "host" : "device"; }
+using testing::Place;
+using testing::name_of;
 
 // `chunk`: the device update's piece size (0: the default, one piece per bucket here).
 std::unique_ptr<AdamW> make(const Form& f, Place place, GradStorage storage = GradStorage::kAuto, int64_t chunk = 0) {
-  OptimizerSection o = testing::section_of(f, place == Place::kNone ? Offload::kNone : Offload::kCpu, 1e-2);
-  o.offload_update = place == Place::kDevice ? OffloadUpdate::kDevice : OffloadUpdate::kHost;
-  o.stream_chunk = chunk;
-  o.gradient_storage = storage;
+  const OptimizerSection o = testing::section_at(f, place, 1e-2, storage, chunk);
   DataParallelSpec dp;
   dp.bucket_elements = 512;  // several buckets of this small model
   return std::make_unique<AdamW>(testing::names_of(kShapes), testing::params_of(kShapes, 7, 0.3, f.dtype, at::kCPU),

@@ -142,6 +142,22 @@ inline std::string read_file(const fs::path& p) {
   return ss.str();
 }
 
+// Two runs of `steps` steps trained alike: every step's logged loss and gradient norm equal,
+// and their final checkpoints' weights and training state byte for byte.
+inline void expect_same_training(const fs::path& a_dir, const fs::path& b_dir, size_t steps) {
+  const auto a = train_records(a_dir), b = train_records(b_dir);
+  ASSERT_EQ(a.size(), steps);
+  ASSERT_EQ(b.size(), steps);
+  for (size_t i = 0; i < steps; ++i) {
+    EXPECT_EQ(a[i]["loss"].get<double>(), b[i]["loss"].get<double>()) << "step " << i + 1;
+    EXPECT_EQ(a[i]["grad_norm"].get<double>(), b[i]["grad_norm"].get<double>()) << "step " << i + 1;
+  }
+  char step_dir[32];
+  std::snprintf(step_dir, sizeof step_dir, "checkpoints/step-%08zu", steps);
+  for (const char* file : {"model.safetensors", "training_state.safetensors"})
+    EXPECT_TRUE(read_file(a_dir / step_dir / file) == read_file(b_dir / step_dir / file)) << file;
+}
+
 // A training configuration on the tiny fixture model, CPU, fp32, logging every step.
 // `extra` is appended (later keys of a YAML mapping may not repeat earlier ones, so
 // tests pass sections the base does not set, or use --set).

@@ -134,17 +134,7 @@ TEST(OffloadedOptimizerGpu, ATrainingRunEqualsTheDeviceOptimizersBitForBit) {
                      "model.path=" + fixture("llama64").string(), "--set", "optimizer.offload=" + name});
     ASSERT_EQ(r.exit_code, 0) << r.output;
   }
-  const auto a = train_records(dir / "none"), b = train_records(dir / "cpu");
-  ASSERT_EQ(a.size(), 6u);
-  ASSERT_EQ(b.size(), 6u);
-  for (size_t i = 0; i < 6; ++i) {
-    EXPECT_EQ(a[i]["loss"].get<double>(), b[i]["loss"].get<double>()) << "step " << i + 1;
-    EXPECT_EQ(a[i]["grad_norm"].get<double>(), b[i]["grad_norm"].get<double>()) << "step " << i + 1;
-  }
-  for (const char* file : {"model.safetensors", "training_state.safetensors"})
-    EXPECT_TRUE(read_file(dir / "none/checkpoints/step-00000006" / file) ==
-                read_file(dir / "cpu/checkpoints/step-00000006" / file))
-        << file;
+  trainer::testing::expect_same_training(dir / "none", dir / "cpu", 6);
 }
 
 }  // namespace

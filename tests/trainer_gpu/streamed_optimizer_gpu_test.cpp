@@ -46,15 +46,12 @@ const std::vector<Form> kForms = {
     {"fp32 model, 8-bit moments", at::kFloat, true, false, false, Moments::k8bit},
 };
 
-enum class Place { kNone, kHost, kDevice };
-const char* name_of(Place p) { return p == Place::kNone ? "none" : p == Place::kHost ? "host" : "device"; }
+using testing::Place;
+using testing::name_of;
 
 // `chunk`: the device update's piece size (0: the default, one piece per bucket here).
 std::unique_ptr<AdamW> make(const Form& f, Place place, GradStorage storage = GradStorage::kAuto, int64_t chunk = 0) {
-  OptimizerSection o = testing::section_of(f, place == Place::kNone ? Offload::kNone : Offload::kCpu, 1e-3);
-  o.offload_update = place == Place::kDevice ? OffloadUpdate::kDevice : OffloadUpdate::kHost;
-  o.stream_chunk = chunk;
-  o.gradient_storage = storage;
+  const OptimizerSection o = testing::section_at(f, place, 1e-3, storage, chunk);
   DataParallelSpec dp;
   dp.bucket_elements = 1 << 16;
   return std::make_unique<AdamW>(testing::names_of(kShapes), testing::params_of(kShapes, 3, 0.05, f.dtype, at::kCUDA),
@@ -209,17 +206,7 @@ TEST(StreamedOptimizerGpu, ATrainingRunEqualsTheDeviceOptimizersBitForBit) {
       EXPECT_NE(r.output.find("updates it on the device (optimizer.offload_update: device)"), std::string::npos)
           << r.output;
   }
-  const auto a = train_records(dir / "none"), b = train_records(dir / "device");
-  ASSERT_EQ(a.size(), 6u);
-  ASSERT_EQ(b.size(), 6u);
-  for (size_t i = 0; i < 6; ++i) {
-    EXPECT_EQ(a[i]["loss"].get<double>(), b[i]["loss"].get<double>()) << "step " << i + 1;
-    EXPECT_EQ(a[i]["grad_norm"].get<double>(), b[i]["grad_norm"].get<double>()) << "step " << i + 1;
-  }
-  for (const char* file : {"model.safetensors", "training_state.safetensors"})
-    EXPECT_TRUE(read_file(dir / "none/checkpoints/step-00000006" / file) ==
-                read_file(dir / "device/checkpoints/step-00000006" / file))
-        << file;
+  trainer::testing::expect_same_training(dir / "none", dir / "device", 6);
 }
 
 }  // namespace
