@@ -69,12 +69,6 @@ StreamedStep::~StreamedStep() {
   }
 }
 
-int64_t StreamedStep::staging_bytes(const std::vector<State>& states, int64_t elements) {
-  int64_t n = 0;
-  for (const State& s : states) n += elements / s.per * static_cast<int64_t>(s.host.element_size());
-  return 2 * n;
-}
-
 int64_t StreamedStep::device_bytes() const {
   int64_t n = 0;
   for (const auto& slot : slots_)

@@ -74,8 +74,6 @@ class StreamedStep {
   const std::vector<Piece>& pieces() const { return pieces_; }
   // Device bytes of the two staging slots (allocated at construction).
   int64_t device_bytes() const;
-  // Staging bytes for pieces of `elements` flat elements: two slots of every state.
-  static int64_t staging_bytes(const std::vector<State>& states, int64_t elements);
 
   // Queues a step after the current stream's work so far (gradients, coefficient): one
   // input per range; `update` is called for every piece in order, before launch returns.
