@@ -8,6 +8,7 @@
 #include "trainer/model_setup.h"
 
 #include <ATen/Parallel.h>
+#include <c10/core/GradMode.h>
 #include <ATen/record_function.h>
 #include <gtest/gtest.h>
 
@@ -375,6 +376,38 @@ TEST(TrainActivationCheckpointing, AutoCountsAMaterialisedAttentionsScores) {
   EXPECT_GT(2 * long_docs.recomputed + long_docs.selective, 2 * short_docs.recomputed + short_docs.selective);
   EXPECT_GT(long_docs.recomputed, 0);
   EXPECT_EQ(attention_scores({0, 3, 3, 7}), 9 + 0 + 16);
+}
+
+// The recomputed block's output is only the root of its backward: its memory is given back
+// before that backward runs (the block's saved tensors are what it reads), unless another
+// tensor shares it, and the gradients stay those of the plain expression.
+TEST(TrainActivationCheckpointing, TheRecomputedOutputIsFreedBeforeItsBackward) {
+  for (const bool shared : {false, true}) {
+    const at::Tensor w = at::full({4}, 3.0).requires_grad_(true);
+    const at::Tensor hidden = at::arange(4, at::kFloat).requires_grad_(true);
+    const c10::StorageImpl* recomputed = nullptr;
+    at::Tensor kept;  // shares the recomputed output when `shared`
+    int64_t bytes_in_backward = -1;
+    const LayerFunction run = [&](const at::Tensor& h) {
+      at::Tensor mid = h * w;
+      at::Tensor out = mid + h;
+      if (at::GradMode::is_enabled()) {  // the recomputation
+        recomputed = out.storage().unsafeGetStorageImpl();
+        if (shared) kept = out;
+        mid.register_hook([&](const at::Tensor& g) {
+          bytes_in_backward = static_cast<int64_t>(recomputed->nbytes());
+          return g;
+        });
+      }
+      return out;
+    };
+    checkpointed_layer(hidden, run, {w}).sum().backward();
+    const int64_t whole = 4 * static_cast<int64_t>(sizeof(float));
+    EXPECT_EQ(bytes_in_backward, shared ? whole : 0) << (shared ? "shared" : "sole owner");
+    if (shared) EXPECT_TRUE(at::equal(kept, at::arange(4, at::kFloat) * 4));
+    EXPECT_TRUE(at::equal(w.grad(), at::arange(4, at::kFloat)));
+    EXPECT_TRUE(at::equal(hidden.grad(), at::full({4}, 4.0)));
+  }
 }
 
 TEST(TrainActivationCheckpointing, NoGradForwardIsUnaffected) {
