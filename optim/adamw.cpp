@@ -43,7 +43,7 @@ AdamW::AdamW(std::vector<std::string> names, std::vector<at::Tensor> params, con
   const bool offload = options.offload == Offload::kCpu;
   if (options.offload_update == OffloadUpdate::kDevice && !offload)
     throw std::invalid_argument("optimizer.offload_update: device needs optimizer.offload: cpu");
-  const bool host_update = offload && options.offload_update == OffloadUpdate::kHost;
+  const bool host_update = offload && resolved_offload_update(options) == OffloadUpdate::kHost;
   FlatLayout layout = make_layout(names_, params, layout_alignment(alignment, options), dp_);
   const GradStorage storage =
       options.gradient_storage == GradStorage::kResident ? GradStorage::kResident : GradStorage::kLazy;

@@ -480,7 +480,8 @@ const std::vector<KeyDef>& key_defs() {
         MEMBER(optimizer.offload));
     t.choice<optim::OffloadUpdate>(
         "optimizer.offload_update",
-        "with optimizer.offload: cpu, where the update runs: host = on host threads (the gradients go to the "
+        "with optimizer.offload: cpu, where the update runs: auto = device with state_dtype int8 (whose host "
+        "step is compute-bound), else host; host = on host threads (the gradients go to the "
         "host, the new weights come back); device = the host only stores the state, each bucket's state is "
         "streamed to the device, updated by the kernel of offload none and streamed back (about 4 bytes per "
         "parameter each way with split masters and int8 moments, no host compute; the same training bit for bit)",

@@ -123,7 +123,7 @@ std::string setup_oom_message(const std::string& phase, const TrainConfig& confi
     const optim::OptimizerSection& o = config.optimizer;
     const bool eight = o.moments == optim::Moments::k8bit;
     const bool offloaded = o.offload == optim::Offload::kCpu;
-    const bool staged = offloaded && o.offload_update == optim::OffloadUpdate::kDevice;
+    const bool staged = offloaded && optim::resolved_offload_update(o) == optim::OffloadUpdate::kDevice;
     const int64_t staging = staged ? offload_staging_bytes(offload_piece_elements(config, bytes, ranks), bytes,
                                                            o.master_weights, o.split_masters, eight)
                                    : 0;

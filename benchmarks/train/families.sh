@@ -21,8 +21,8 @@
 # 8-bit AdamW moments on both sides (fptrain: optimizer.state_dtype int8 with split or no masters; the peer:
 # bitsandbytes' AdamW8bit + Liger), the way a full 8B fits one 80 GB card. FPTRAIN_FAMILY_OPTIM=offload:
 # fptrain alone, full fine-tuning with split masters, the optimizer state on the device against
-# optimizer.offload: cpu (8-bit and fp32 moments; auto and no checkpointing; 8-bit also with
-# optimizer.offload_update: device, the state streamed through the GPU): step time and peak device
+# optimizer.offload: cpu (8-bit and fp32 moments; auto and no checkpointing; the 8-bit rows with
+# optimizer.offload_update: host, and one with device, the state streamed through the GPU): step time and peak device
 # memory of each, the host memory in its log (FPTRAIN_FAMILY_SHAPES=llama3-8b: issue 30's target; the
 # fp32-moment row needs ~100 GiB of host memory). FPTRAIN_FAMILY_DATA=long: long documents instead (FLAN-like
 # text, median 6k tokens, up to 16k, max_length 16384), 2 examples per micro-batch on both sides: the memory
@@ -148,8 +148,10 @@ for shape in $SHAPES; do
     hf "$shape" hf-liger-8bit-nockpt --liger --no-checkpointing --optim adamw8bit
   elif [ "${FPTRAIN_FAMILY_OPTIM:-}" = offload ]; then  # the optimizer state on the device vs in host memory
     fp "$shape" fptrain-split-int8-auto auto split "--set optimizer.state_dtype=int8"
-    fp "$shape" fptrain-split-int8-offload-auto auto split "--set optimizer.state_dtype=int8 --set optimizer.offload=cpu"
-    fp "$shape" fptrain-split-int8-offload-none none split "--set optimizer.state_dtype=int8 --set optimizer.offload=cpu"
+    fp "$shape" fptrain-split-int8-offload-auto auto split \
+      "--set optimizer.state_dtype=int8 --set optimizer.offload=cpu --set optimizer.offload_update=host"
+    fp "$shape" fptrain-split-int8-offload-none none split \
+      "--set optimizer.state_dtype=int8 --set optimizer.offload=cpu --set optimizer.offload_update=host"
     fp "$shape" fptrain-split-int8-offload-device-auto auto split \
       "--set optimizer.state_dtype=int8 --set optimizer.offload=cpu --set optimizer.offload_update=device"
     fp "$shape" fptrain-split-offload-auto auto split "--set optimizer.offload=cpu"

@@ -7,7 +7,7 @@
 // waits make the compute stream wait for its update stream, so the events measure either).
 // Gradients: realistic by default (gradient_data.h; the 8-bit host step's speed depends on
 // them), --data normal for N(0, 1e-3) as before. --update picks where the offloaded update
-// runs (optimizer.offload_update): host (the default, as before), device, or both (one row
+// runs (optimizer.offload_update): host (the default here, as before), device, or both (one row
 // each, so one run compares them on one machine).
 //
 //   offload_bench [--shape llama3-1b|llama3-3b|llama2-7b|llama3-8b] [--iters N] [--bucket-mb M]

@@ -197,10 +197,16 @@ TEST(TrainConfig, OptimizerStateDtype) {
   EXPECT_NE(e.find("optimizer.state_dtype: 'int16' is not one of auto | int8"), std::string::npos) << e;
 }
 
-// optimizer.offload_update: host by default; device with offload: cpu; anything else, or
-// device without offload, an error naming the key.
+// optimizer.offload_update: auto by default (device with 8-bit moments, else host); host or
+// device with offload: cpu; anything else, or device without offload, an error naming the key.
 TEST(TrainConfig, OffloadUpdatePlace) {
-  EXPECT_EQ(parse_config("model:\n  path: m\n", "c.yaml").optimizer.offload_update, optim::OffloadUpdate::kHost);
+  TrainConfig d = parse_config("model:\n  path: m\n", "c.yaml");
+  EXPECT_EQ(d.optimizer.offload_update, optim::OffloadUpdate::kAuto);
+  EXPECT_EQ(optim::resolved_offload_update(d.optimizer), optim::OffloadUpdate::kHost);
+  apply_override(d, "optimizer.state_dtype=int8");
+  EXPECT_EQ(optim::resolved_offload_update(d.optimizer), optim::OffloadUpdate::kDevice);
+  apply_override(d, "optimizer.offload_update=host");
+  EXPECT_EQ(optim::resolved_offload_update(d.optimizer), optim::OffloadUpdate::kHost);
   TrainConfig c = parse_config(kFull, "full.yaml");
   apply_override(c, "optimizer.offload=cpu");
   apply_override(c, "optimizer.offload_update=device");
@@ -210,7 +216,7 @@ TEST(TrainConfig, OffloadUpdatePlace) {
   validate(c);
   for (const std::string bad : {"gpu", "cpu", "true"}) {
     const std::string e = error_of([&] { parse_config("optimizer:\n  offload_update: " + bad + "\n", "bad.yaml"); });
-    EXPECT_NE(e.find("optimizer.offload_update: '" + bad + "' is not one of host | device"), std::string::npos) << e;
+    EXPECT_NE(e.find("optimizer.offload_update: '" + bad + "' is not one of auto | host | device"), std::string::npos) << e;
     EXPECT_EQ(e.rfind("bad.yaml", 0), 0u) << e;
   }
   apply_override(c, "optimizer.offload=none");
