@@ -8,6 +8,7 @@
 #include "models/parameter_layout.h"
 #include "models/peft_format.h"
 #include "distributed/group.h"
+#include "trainer/allocator_settings.h"
 #include "trainer/checkpoint_planner.h"
 #include "optim/adamw.h"
 #include "trainer/checkpoint_store.h"
@@ -363,6 +364,8 @@ void Run::set_up() {
   if (env) local_ranks_ = env->local_world_size;
   open_output_dir(env ? env->rank : 0);
   device_ = resolve_device(env ? rank_device(config_.device, *env) : config_.device, config_.cpu_threads);
+  const std::string allocator = choose_allocator_settings(device_.device, !env || env->world_size == 1);
+  if (!allocator.empty()) log::info(allocator);
   if (env) {
     group_ = join_group(config_, device_, *env);
     check_same_configuration(*group_, config_);

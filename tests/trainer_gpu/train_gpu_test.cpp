@@ -12,6 +12,7 @@
 #include <c10/cuda/CUDAFunctions.h>
 
 #include <cmath>
+#include <cstdlib>
 
 namespace fptrain::trainer {
 namespace {
@@ -105,6 +106,10 @@ TEST(TrainGpu, AutoPicksCudaAndBf16) {
   // head_dim 64: our kernels where they run (sm_90), else FlashAttention-2.
   EXPECT_EQ(summary["attention"], attention::hopper_kernels_support(64, at::kBFloat16) ? "hopper" : "torch-fa2");
   EXPECT_NE(summary["device"].get<std::string>().find("NVIDIA"), std::string::npos) << summary.dump();
+  // One process: expandable segments, unless the environment configures the allocator.
+  const char* conf = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
+  if (conf == nullptr || conf[0] == '\0')
+    EXPECT_NE(r.output.find("CUDA allocator: expandable segments"), std::string::npos) << r.output;
 }
 
 // Gradients of a checkpointed backward (every layer, every other, selective)
