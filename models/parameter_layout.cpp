@@ -2,9 +2,35 @@
 
 #include "common/strings.h"
 
+#include <set>
 #include <utility>
 
 namespace fptrain::models {
+namespace {
+
+// The module a parameter or adapter tensor belongs to: "model.layers.3.self_attn.q_proj" for
+// its ".weight", ".bias" and ".lora_A.weight".
+std::string module_of(const std::string& name) {
+  std::string module = name.substr(0, name.rfind('.'));
+  for (const std::string adapter : {".lora_A", ".lora_B"})
+    if (common::ends_with(module, adapter)) return module.substr(0, module.size() - adapter.size());
+  return module;
+}
+
+// The same key for parameters whose gradients one backward op produces.
+std::string backward_op_key(const std::string& name) {
+  static const std::set<std::string> attention_inputs = {"q_proj", "k_proj", "v_proj", "qkv_proj", "q_norm", "k_norm"};
+  static const std::set<std::string> mlp_inputs = {"gate_proj", "up_proj", "gate_up_proj"};
+  const std::string module = module_of(name);
+  const int64_t layer = layer_of_name(name);
+  if (layer < 0) return module;
+  const std::string short_name = module.substr(module.rfind('.') + 1);
+  if (attention_inputs.count(short_name)) return layer_prefix(layer) + "attention inputs";
+  if (mlp_inputs.count(short_name)) return layer_prefix(layer) + "mlp inputs";
+  return module;
+}
+
+}  // namespace
 
 int64_t ParameterInfo::numel() const {
   int64_t n = 1;
@@ -79,6 +105,17 @@ std::map<std::string, std::vector<int64_t>> expected_parameter_shapes(const Mode
 std::vector<std::string> parameter_names_in_model_order(const ModelConfig& config) {
   std::vector<std::string> out;
   for (auto& p : parameter_layout(config)) out.push_back(std::move(p.name));
+  return out;
+}
+
+std::vector<int64_t> backward_op_groups(const std::vector<std::string>& names) {
+  std::vector<int64_t> out;
+  std::string previous;
+  for (const std::string& name : names) {
+    const std::string key = backward_op_key(name);
+    out.push_back(out.empty() ? 0 : out.back() + (key != previous ? 1 : 0));
+    previous = key;
+  }
   return out;
 }
 

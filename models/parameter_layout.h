@@ -34,6 +34,15 @@ std::string layer_prefix(int64_t layer);
 // too), -1 for the others.
 int64_t layer_of_name(const std::string& name);
 
+// Per name, which backward op produces the gradient, as ids equal for neighbours of one
+// op and different where the op changes (optim::FlatLayout's gradient groups). Within a
+// decoder layer the attention's input projections (q, k, v, fused qkv, and q_norm / k_norm)
+// are one op, as their gradients all come after the attention core's backward, and the
+// MLP's (gate, up, fused gate_up) another; every other module (o, down, each norm, the
+// embeddings, lm_head) is its own. A module's weight and bias, and its LoRA adapter's
+// lora_A and lora_B ("base_model.model.<module>.lora_A.weight"), share its op.
+std::vector<int64_t> backward_op_groups(const std::vector<std::string>& names);
+
 // Tensors transformers may store in a checkpoint that are not parameters
 // (rotary inv_freq buffers; lm_head.weight when the embeddings are tied).
 bool is_ignorable_checkpoint_tensor(const std::string& name, const ModelConfig& config);

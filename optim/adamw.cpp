@@ -22,7 +22,7 @@ FlatLayout make_layout(const std::vector<std::string>& names, const std::vector<
   for (size_t i = 0; i < names.size(); ++i) shapes.emplace_back(names[i], params[i].sizes().vec());
   const int64_t shards = dp.comm && dp.shard ? dp.comm->world_size() : 1;
   // Buckets also in one process: the gradients are allocated bucket by bucket (FlatGradients).
-  return FlatLayout(shapes, alignment, shards, dp.bucket_elements);
+  return FlatLayout(shapes, alignment, shards, dp.bucket_elements, dp.gradient_groups);
 }
 
 // 8-bit moments: segments and shard slices start on a block (a multiple of the alignment).

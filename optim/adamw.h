@@ -61,6 +61,10 @@ struct DataParallelSpec {
   // Off: every rank holds everything and steps on all-reduced gradients.
   bool shard = false;
   int64_t bucket_elements = 0;  // the layout's gradient buckets (0: one)
+  // Empty, or per parameter the backward op producing its gradient (FlatLayout's gradient
+  // groups: a bucket half full closes where the op changes). The trainer sets them in one
+  // process only, where buckets are just allocation; with ranks they are the collectives.
+  std::vector<int64_t> gradient_groups;
 };
 
 class AdamW {

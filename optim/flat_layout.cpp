@@ -8,15 +8,31 @@ namespace {
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
+FlatSegment segment_of(const std::string& name, const std::vector<int64_t>& shape, int64_t offset) {
+  FlatSegment s;
+  s.name = name;
+  s.shape = shape;
+  s.numel = 1;
+  for (int64_t d : shape) {
+    if (d < 0) throw std::invalid_argument("FlatLayout: parameter '" + name + "' has a negative dimension");
+    s.numel *= d;
+  }
+  s.offset = offset;
+  return s;
+}
+
 }  // namespace
 
 FlatLayout::FlatLayout(const std::vector<std::pair<std::string, std::vector<int64_t>>>& params, int64_t alignment,
-                       int64_t shards, int64_t bucket_elements)
+                       int64_t shards, int64_t bucket_elements, const std::vector<int64_t>& gradient_groups)
     : alignment_(alignment), shards_(shards) {
   if (alignment < 1 || shards < 1 || bucket_elements < 0)
     throw std::invalid_argument("FlatLayout: alignment and shards must be >= 1 and bucket_elements >= 0 (got " +
                                 std::to_string(alignment) + ", " + std::to_string(shards) + ", " +
                                 std::to_string(bucket_elements) + ")");
+  if (!gradient_groups.empty() && gradient_groups.size() != params.size())
+    throw std::invalid_argument("FlatLayout: " + std::to_string(gradient_groups.size()) + " gradient groups for " +
+                                std::to_string(params.size()) + " parameters");
   const int64_t unit = alignment * shards;
   FlatBucket bucket;  // the one being filled
   int64_t offset = 0;
@@ -30,16 +46,15 @@ FlatLayout::FlatLayout(const std::vector<std::pair<std::string, std::vector<int6
     bucket.offset = offset;
     bucket.first_segment = segments_.size();
   };
-  for (const auto& [name, shape] : params) {
-    FlatSegment s;
-    s.name = name;
-    s.shape = shape;
-    s.numel = 1;
-    for (int64_t d : shape) {
-      if (d < 0) throw std::invalid_argument("FlatLayout: parameter '" + name + "' has a negative dimension");
-      s.numel *= d;
-    }
-    s.offset = offset;
+  // Where the backward op changes, a bucket half full or more waits no longer.
+  auto op_changes_past_half = [&](size_t i) {
+    const int64_t held = offset - bucket.offset;
+    return bucket_elements > 0 && !gradient_groups.empty() && i > 0 &&
+           gradient_groups[i] != gradient_groups[i - 1] && 2 * held >= bucket_elements;
+  };
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (op_changes_past_half(i)) close_bucket();
+    FlatSegment s = segment_of(params[i].first, params[i].second, offset);
     offset += round_up(s.numel, alignment);
     numel_ += s.numel;
     segments_.push_back(std::move(s));

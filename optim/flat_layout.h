@@ -9,7 +9,12 @@
 //   bucket b    consecutive whole segments (at least `bucket_elements` of them, in
 //               elements, unless the parameters run out), its size rounded up to a
 //               multiple of alignment × shards: the unit gradients are reduced in
-//               while the backward runs (one bucket when bucket_elements is 0)
+//               while the backward runs (one bucket when bucket_elements is 0).
+//               With gradient groups (the backward op that produces each
+//               parameter's gradient), a bucket already holding at least half of
+//               bucket_elements also closes where the group changes, so a large
+//               one waits for no later op's gradients while tiny parameters
+//               (norms) still join their neighbours
 //   padding     the elements between segments and at the end of each bucket: zero
 //               in every buffer, always (so they need no special case in any kernel)
 //   total       the sum of the buckets
@@ -72,9 +77,12 @@ class FlatLayout {
   static constexpr int64_t kDefaultAlignment = 128;
 
   // `params`: (name, shape) in the order they are laid out. alignment >= 1,
-  // shards >= 1, bucket_elements >= 0 (0: one bucket).
+  // shards >= 1, bucket_elements >= 0 (0: one bucket). `gradient_groups`: empty,
+  // or one id per parameter, equal for neighbours whose gradients one backward op
+  // produces (models::backward_op_groups).
   explicit FlatLayout(const std::vector<std::pair<std::string, std::vector<int64_t>>>& params,
-                      int64_t alignment = kDefaultAlignment, int64_t shards = 1, int64_t bucket_elements = 0);
+                      int64_t alignment = kDefaultAlignment, int64_t shards = 1, int64_t bucket_elements = 0,
+                      const std::vector<int64_t>& gradient_groups = {});
 
   const std::vector<FlatSegment>& segments() const { return segments_; }
   int64_t alignment() const { return alignment_; }

@@ -2,6 +2,7 @@
 
 #include "common/enum_names.h"
 #include "common/files.h"
+#include "models/parameter_layout.h"
 #include "trainer/log/log.h"
 
 #include <c10/core/ScalarType.h>
@@ -48,13 +49,18 @@ std::optional<fs::path> agree_on_resume(distributed::Group* group, const TrainCo
 }
 
 optim::DataParallelSpec data_parallel_spec(distributed::Group* group, const TrainConfig& config,
-                                           at::ScalarType dtype) {
+                                           at::ScalarType dtype, const std::vector<std::string>& names) {
   optim::DataParallelSpec dp;
   // Buckets in one process too: the unit in which lazy gradients are allocated and an
   // offloaded optimizer updates.
   const int64_t mb = config.distributed.bucket_mb_for(group ? group->world_size() : 1);
   dp.bucket_elements = mb * (int64_t{1} << 20) / static_cast<int64_t>(c10::elementSize(dtype));
-  if (!group) return dp;
+  if (!group) {
+    // Allocation only: a bucket need not hold memory through a later op's backward (v beside
+    // o through the attention core's). With ranks, fewer and larger collectives win.
+    dp.gradient_groups = models::backward_op_groups(names);
+    return dp;
+  }
   dp.comm = &group->comm();
   dp.shard = config.distributed.shard_optimizer != ShardOptimizer::kOff;
   return dp;

@@ -18,6 +18,8 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 namespace fptrain::trainer {
 
@@ -34,9 +36,10 @@ void check_same_configuration(distributed::Group& group, const TrainConfig& conf
 std::optional<std::filesystem::path> agree_on_resume(distributed::Group* group, const TrainConfig& config);
 
 // How the optimizer takes part (sharding, bucket size in elements of `dtype`);
-// the one-process spec without a group.
+// the one-process spec without a group, whose buckets also close between the
+// backward ops of the trained tensors `names` (models::backward_op_groups).
 optim::DataParallelSpec data_parallel_spec(distributed::Group* group, const TrainConfig& config,
-                                           at::ScalarType dtype);
+                                           at::ScalarType dtype, const std::vector<std::string>& names);
 
 // After the optimizer exists: its flat buffers shared with the group's
 // transfers (sharded mode), and the reducer of its gradients (releasing the

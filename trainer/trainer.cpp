@@ -670,7 +670,7 @@ void Run::make_optimizer() {
     names.push_back(name);
     params.push_back(t);
   }
-  const DataParallelSpec dp = data_parallel_spec(group_.get(), config_, params.front().scalar_type());
+  const DataParallelSpec dp = data_parallel_spec(group_.get(), config_, params.front().scalar_type(), names);
   optim::OptimizerSection options = config_.optimizer;
   options.host_threads = offload_host_threads(config_.cpu_threads, local_ranks_);
   optimizer_ = std::make_unique<AdamW>(names, params, options, FlatLayout::kDefaultAlignment, dp);

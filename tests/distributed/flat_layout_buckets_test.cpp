@@ -1,6 +1,6 @@
 // FlatLayout with gradient buckets (bucket_elements > 0), as data parallelism
 // lays out the flat buffers: every promise of optim/flat_layout.h checked for
-// many parameter lists, shard counts, alignments and bucket sizes.
+// many parameter lists, shard counts, alignments, bucket sizes and gradient groups.
 #include "optim/flat_layout.h"
 
 #include <gtest/gtest.h>
@@ -40,16 +40,31 @@ std::vector<Shapes> parameter_lists() {
   return out;
 }
 
-std::string where(size_t list, int64_t alignment, int64_t shards, int64_t bucket) {
+// Gradient groups for `n` parameters: none, every parameter its own op, and random runs.
+std::vector<std::vector<int64_t>> groupings(size_t n) {
+  std::vector<int64_t> own(n), runs(n);
+  std::iota(own.begin(), own.end(), 0);
+  std::mt19937 rng(static_cast<unsigned>(n));
+  for (size_t i = 1; i < n; ++i) runs[i] = runs[i - 1] + static_cast<int64_t>(rng() % 2);
+  return {{}, own, runs};
+}
+
+std::string where(size_t list, int64_t alignment, int64_t shards, int64_t bucket, size_t grouping) {
   return "list " + std::to_string(list) + ", alignment " + std::to_string(alignment) + ", shards " +
-         std::to_string(shards) + ", bucket_elements " + std::to_string(bucket);
+         std::to_string(shards) + ", bucket_elements " + std::to_string(bucket) + ", grouping " +
+         std::to_string(grouping);
 }
 
 // Checks one layout against its contract; returns through gtest.
 void check_layout(const Shapes& params, int64_t alignment, int64_t shards, int64_t bucket_elements,
-                  const std::string& ctx) {
-  const FlatLayout l(params, alignment, shards, bucket_elements);
+                  const std::vector<int64_t>& groups, const std::string& ctx) {
+  const FlatLayout l(params, alignment, shards, bucket_elements, groups);
   SCOPED_TRACE(ctx);
+  // Where the op changes before segment i, a bucket holding `span` of at least half closes.
+  const bool grouped = !groups.empty() && bucket_elements > 0;
+  auto closes_before = [&](size_t i, int64_t span) {
+    return grouped && i > 0 && groups[i] != groups[i - 1] && 2 * span >= bucket_elements;
+  };
   ASSERT_EQ(l.segments().size(), params.size());
   ASSERT_FALSE(l.buckets().empty());
   EXPECT_EQ(l.alignment(), alignment);
@@ -81,13 +96,16 @@ void check_layout(const Shapes& params, int64_t alignment, int64_t shards, int64
     EXPECT_EQ(k.first_segment, next_segment) << "bucket " << b;
     EXPECT_GT(k.end_segment, k.first_segment) << "bucket " << b << " holds no parameter";
     // The segments' aligned spans, in elements: at least bucket_elements, and
-    // the bucket closes with the segment that reaches it.
+    // the bucket closes with the segment that reaches it; with groups also where
+    // the op changes once it holds half, and nowhere else.
     int64_t span = 0, span_before_last = 0;
     for (size_t i = k.first_segment; i < k.end_segment; ++i) {
       const FlatSegment& s = l.segments()[i];
       EXPECT_EQ(l.bucket_of_segment(i), b) << s.name;
       EXPECT_GE(s.offset, k.offset) << s.name;
       EXPECT_LE(s.offset + s.numel, k.offset + k.size) << s.name << " crosses the end of bucket " << b;
+      EXPECT_FALSE(i > k.first_segment && closes_before(i, span)) << "bucket " << b << " should have closed before "
+                                                                   << s.name << ", where the op changes";
       span_before_last = span;
       span += round_up(s.numel, alignment);
     }
@@ -95,7 +113,7 @@ void check_layout(const Shapes& params, int64_t alignment, int64_t shards, int64
       EXPECT_EQ(l.buckets().size(), 1u) << "bucket_elements 0 means one bucket";
     } else {
       if (b + 1 < l.buckets().size()) {
-        EXPECT_GE(span, bucket_elements) << "bucket " << b << " closed early";
+        EXPECT_TRUE(span >= bucket_elements || closes_before(k.end_segment, span)) << "bucket " << b << " closed early";
       }
       EXPECT_LT(span_before_last, bucket_elements) << "bucket " << b << " should have closed a segment earlier";
     }
@@ -180,8 +198,11 @@ TEST(FlatLayoutBuckets, EveryLayoutKeepsItsPromises) {
   for (size_t li = 0; li < lists.size(); ++li)
     for (int64_t alignment : {1, 4, 128})
       for (int64_t shards : {1, 2, 3, 4, 8})
-        for (int64_t bucket : {0, 1, 100, 777, 5000, 1 << 20})
-          check_layout(lists[li], alignment, shards, bucket, where(li, alignment, shards, bucket));
+        for (int64_t bucket : {0, 1, 100, 777, 5000, 1 << 20}) {
+          const auto groups = groupings(lists[li].size());
+          for (size_t g = 0; g < groups.size(); ++g)
+            check_layout(lists[li], alignment, shards, bucket, groups[g], where(li, alignment, shards, bucket, g));
+        }
 }
 
 TEST(FlatLayoutBuckets, BucketSizeDecidesTheBucketCount) {

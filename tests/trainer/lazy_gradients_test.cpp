@@ -1,7 +1,8 @@
 // Lazy gradient storage (optim/flat_gradients.h) on the CPU: the norm of a buffer
 // cut into pieces is the one-buffer norm bit for bit; lazy buckets train as one
 // resident buffer bit for bit (clipping, accumulation, fp32 sums, 8-bit moments,
-// split masters, a bucket no backward reaches); kept segments (gradient sinks) and
+// split masters, a bucket no backward reaches), and buckets closed between backward
+// ops as buckets closed by size; kept segments (gradient sinks) and
 // hand-set gradients; the storage is freed after the step; a bucket dropped for its shard.
 #include "tests/trainer/lazy_gradients_util.h"
 
@@ -28,6 +29,36 @@ TEST(TrainLazyGradients, NormOfACutBufferIsTheOneBufferNorm) {
 
 TEST(TrainLazyGradients, LazyBucketsTrainAsOneResidentBuffer) {
   testing::expect_lazy_trains_as_resident(at::Device(at::kCPU));
+}
+
+// One process's buckets closed between backward ops (DataParallelSpec::gradient_groups) leave
+// every segment where it was, so they train as buckets closed by size alone, bit for bit.
+TEST(TrainLazyGradients, BucketsClosedBetweenOpsTrainAsBucketsBySize) {
+  const std::vector<int64_t> own_ops = {0, 1, 2, 3, 4, 5};
+  OptimizerSection bf16, eight_bit, fp32_sums;
+  eight_bit.moments = Moments::k8bit;
+  fp32_sums.fp32_grad_accumulation = true;
+  for (const OptimizerSection& o : {bf16, eight_bit, fp32_sums}) {
+    for (bool odd_only : {false, true}) {
+      const auto by_ops = testing::train(at::kBFloat16, at::Device(at::kCPU), o, 512, 3, 2, odd_only, own_ops);
+      const auto by_size = testing::train(at::kBFloat16, at::Device(at::kCPU), o, 512, 3, 2, odd_only);
+      for (size_t s = 0; s < by_ops.weights.size(); ++s) {
+        EXPECT_EQ(by_ops.norms[s], by_size.norms[s]) << "step " << s;
+        EXPECT_TRUE(by_ops.weights[s].equal(by_size.weights[s])) << "step " << s;
+      }
+    }
+  }
+  testing::TinyModel m(at::kBFloat16, at::Device(at::kCPU));
+  DataParallelSpec dp;
+  dp.bucket_elements = 512;
+  const size_t by_size = AdamW(m.names, m.params, OptimizerSection{}, FlatLayout::kDefaultAlignment, dp)
+                             .flat().layout().buckets().size();
+  dp.gradient_groups = own_ops;
+  testing::TinyModel m2(at::kBFloat16, at::Device(at::kCPU));
+  const size_t by_ops = AdamW(m2.names, m2.params, OptimizerSection{}, FlatLayout::kDefaultAlignment, dp)
+                            .flat().layout().buckets().size();
+  EXPECT_EQ(by_size, 3u);  // [embed a] [b c d] [e]
+  EXPECT_EQ(by_ops, 5u);   // [embed] [a] [b] [c d] [e]: the runs above did differ
 }
 
 TEST(TrainLazyGradients, ABucketNoBackwardReachesActsAsZerosAndHoldsNoMemory) {

@@ -71,12 +71,15 @@ struct Trained {
 };
 
 // `steps` steps of `micro_batches` micro-batches each (micro-batch indices 1, 3, ... when
-// `odd_only`: "e" gets no gradient in the whole step); buckets of `bucket_elements`.
+// `odd_only`: "e" gets no gradient in the whole step); buckets of `bucket_elements`, closed
+// between `gradient_groups` too where given.
 inline Trained train(at::ScalarType dtype, const at::Device& device, OptimizerSection o, int64_t bucket_elements,
-                     int steps, int micro_batches, bool odd_only = false) {
+                     int steps, int micro_batches, bool odd_only = false,
+                     const std::vector<int64_t>& gradient_groups = {}) {
   TinyModel m(dtype, device);
   DataParallelSpec dp;
   dp.bucket_elements = bucket_elements;
+  dp.gradient_groups = gradient_groups;
   AdamW opt(m.names, m.params, o, FlatLayout::kDefaultAlignment, dp);
   Trained out;
   for (int s = 0; s < steps; ++s) {
