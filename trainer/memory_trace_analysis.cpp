@@ -177,6 +177,12 @@ nlohmann::ordered_json trace_json(const TraceAnalysis& a, size_t top) {
   j["top"] = nlohmann::ordered_json::array();
   for (size_t i = 0; i < a.live.size() && i < top; ++i)
     j["top"].push_back({{"bytes", a.live[i].size}, {"group", a.live[i].group()}, {"tag", a.live[i].tag}});
+  // Every block under 16 MiB as well: sizes name the small buffers one side keeps and the
+  // other does not (19,186 x 8 bytes: a [T] int64 batch tensor), which groups sum away.
+  j["small_blocks"] = nlohmann::ordered_json::array();
+  for (const LiveBlock& b : a.live)
+    if (b.size < kSmallBlockBytes)
+      j["small_blocks"].push_back({{"bytes", b.size}, {"group", b.group()}, {"tag", b.tag}});
   return j;
 }
 

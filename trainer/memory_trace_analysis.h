@@ -69,8 +69,10 @@ TraceAnalysis analyse_trace(const std::vector<TraceEvent>& events);
 enum class GroupKey { kGroup, kTag, kSizeClass };
 std::vector<GroupBytes> group_live(const std::vector<LiveBlock>& live, GroupKey key);  // largest first
 
-// The analysis as JSON ("at", "bytes", "by_group", "by_tag", "by_size_class", "top") and
-// as a short markdown table (`title` its heading); `top` blocks listed.
+// The analysis as JSON ("at", "bytes", "by_group", "by_tag", "by_size_class", "top", and
+// "small_blocks": every block under kSmallBlockBytes) and as a short markdown table
+// (`title` its heading); `top` blocks listed.
+inline constexpr int64_t kSmallBlockBytes = int64_t{16} << 20;
 nlohmann::ordered_json trace_json(const TraceAnalysis& a, size_t top = 20);
 std::string trace_table(const TraceAnalysis& a, const std::string& title, size_t top = 20);
 

@@ -26,6 +26,7 @@ import threading
 
 MIB = 1 << 20
 GIB = 1 << 30
+SMALL_BLOCK_BYTES = 16 * MIB  # trainer/memory_trace_analysis.h kSmallBlockBytes
 BEFORE = "before the step"
 
 
@@ -112,7 +113,10 @@ def analyse(events, top=20):
            "by_group": group_blocks(blocks, _group), "by_tag": group_blocks(blocks, lambda b: b["tag"]),
            "by_size_class": group_blocks(blocks, lambda b: size_class(b["size"])),
            "allocated_in_step": group_blocks(allocs, _group),
-           "top": [{"bytes": b["size"], "group": _group(b), "tag": b["tag"]} for b in blocks[:top]]}
+           "top": [{"bytes": b["size"], "group": _group(b), "tag": b["tag"]} for b in blocks[:top]],
+           # every block under 16 MiB, as fptrain's JSON has them (sizes name small buffers)
+           "small_blocks": [{"bytes": b["size"], "group": _group(b), "tag": b["tag"]}
+                            for b in blocks if b["size"] < SMALL_BLOCK_BYTES]}
     return out
 
 

@@ -89,6 +89,8 @@ TEST(MemoryTraceAnalysis, JsonAndTableCarryGroupsSizeClassesAndTopBlocks) {
   const nlohmann::ordered_json j = trace_json(a);
   EXPECT_EQ(j["top"].size(), 20u);
   EXPECT_EQ(j["top"][0]["bytes"], int64_t{30} << 20);
+  ASSERT_EQ(j["small_blocks"].size(), 15u);  // 1..15 MiB, largest first
+  EXPECT_EQ(j["small_blocks"][0]["bytes"], int64_t{15} << 20);
   EXPECT_EQ(j["by_group"].size(), 1u);
   EXPECT_EQ(j["by_size_class"][0]["group"], "16-128 MiB");
   const std::string md = trace_table(a, "fptrain, step 3");

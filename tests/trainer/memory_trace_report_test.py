@@ -27,6 +27,7 @@ class Analysis(unittest.TestCase):
         self.assertEqual(groups(r)["forward L* attention"], 120)
         self.assertEqual(groups(r, "allocated_in_step")["backward L* mlp"], 50)
         self.assertEqual(r["top"][0]["bytes"], 100)
+        self.assertEqual([b["bytes"] for b in r["small_blocks"]], [100, 70, 50, 30])
 
     def test_names_reach_the_block_alive_when_given(self):
         ev = [("alloc", 7, 40, "forward L0 mlp"), ("free", 7), ("alloc", 7, 80, "backward L1 mlp"),
