@@ -6,6 +6,7 @@
 #include "models/model_config.h"
 #include "models/parameter_layout.h"
 #include "optim/flat_layout.h"
+#include "tests/models/llama_shapes.h"
 
 #include <gtest/gtest.h>
 
@@ -81,19 +82,6 @@ TEST(FlatLayoutGroups, GroupsMustNameEveryParameter) {
   }
 }
 
-models::ModelConfig llama_4096(int64_t vocab, int64_t intermediate, int64_t kv_heads) {
-  models::ModelConfig c;
-  c.architecture = "LlamaForCausalLM";
-  c.vocab_size = vocab;
-  c.hidden_size = 4096;
-  c.intermediate_size = intermediate;
-  c.num_hidden_layers = 32;
-  c.num_attention_heads = 32;
-  c.num_key_value_heads = kv_heads;
-  c.head_dim = 128;
-  return c;
-}
-
 // The buckets holding layer 1's parameters, each named by its modules without the layer prefix,
 // in the trainer's one-process layout: 64 MiB of bf16, with groups or without.
 std::vector<std::string> layer_one_buckets(const models::ModelConfig& config, bool grouped) {
@@ -124,7 +112,7 @@ std::vector<std::string> layer_one_buckets(const models::ModelConfig& config, bo
 
 TEST(FlatLayoutGroups, Llama2And3LayersGetNoBucketAcrossTheAttentionCore) {
   // Llama-2-7B: q, k, v, o of 32 MiB each, gate, up, down of 86 MiB; ' marks layer 0's norms.
-  const models::ModelConfig llama2 = llama_4096(32000, 11008, 32);
+  const models::ModelConfig llama2 = models::testing::llama_4096_shape(32000, 11008, 32);
   EXPECT_EQ(layer_one_buckets(llama2, false),
             (std::vector<std::string>{"input_layernorm' post_attention_layernorm' q_proj k_proj", "v_proj o_proj",
                                       "gate_proj", "up_proj", "down_proj",
@@ -134,7 +122,7 @@ TEST(FlatLayoutGroups, Llama2And3LayersGetNoBucketAcrossTheAttentionCore) {
                                       "gate_proj", "up_proj", "down_proj",
                                       "input_layernorm post_attention_layernorm q_proj' k_proj'"}));
   // Llama-3-8B (GQA: k and v of 8 MiB): the norms, q, k and v; o alone.
-  const models::ModelConfig llama3 = llama_4096(128256, 14336, 8);
+  const models::ModelConfig llama3 = models::testing::llama_4096_shape(128256, 14336, 8);
   EXPECT_EQ(layer_one_buckets(llama3, false),
             (std::vector<std::string>{"input_layernorm' post_attention_layernorm' q_proj k_proj v_proj o_proj",
                                       "gate_proj", "up_proj", "down_proj",

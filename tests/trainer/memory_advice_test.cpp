@@ -4,6 +4,7 @@
 
 #include "common/byte_units.h"
 #include "optim/adamw.h"
+#include "tests/models/llama_shapes.h"
 #include "tests/trainer/trainer_test_util.h"
 
 #include <gtest/gtest.h>
@@ -12,20 +13,6 @@ namespace fptrain::trainer {
 namespace {
 
 constexpr int64_t kGiB = int64_t{1} << 30;
-
-// A Llama shape of hidden 4096, 32 layers and 32 heads of 128.
-models::ModelConfig llama_shape(int64_t vocab, int64_t intermediate, int64_t kv_heads) {
-  models::ModelConfig model;
-  model.architecture = "LlamaForCausalLM";
-  model.vocab_size = vocab;
-  model.hidden_size = 4096;
-  model.intermediate_size = intermediate;
-  model.num_hidden_layers = 32;
-  model.num_attention_heads = 32;
-  model.num_key_value_heads = kv_heads;
-  model.head_dim = 128;
-  return model;
-}
 
 TEST(MemoryAdvice, StateBytesPerRank) {
   const int64_t n = 1000;
@@ -46,7 +33,7 @@ TEST(MemoryAdvice, StateBytesPerRank) {
 // Llama-3-8B with fp32 masters on one 80 GB GPU: only split masters with 8-bit moments fit
 // (2 + 2 + 2 + 2 bytes per parameter and the absmax: 8.03 bytes; bf16 AdamW fits too).
 TEST(MemoryAdvice, SuggestsEightBitMomentsForAnEightBModel) {
-  const models::ModelConfig model = llama_shape(128256, 14336, 8);  // Llama-3-8B
+  const models::ModelConfig model = models::testing::llama_4096_shape(128256, 14336, 8);  // Llama-3-8B
   TrainConfig config;
   const std::string msg = setup_oom_message("allocating the optimizer state", config, model, 2, 1, 80 * kGiB, "");
   EXPECT_NE(msg.find("8030M parameters"), std::string::npos) << msg;
@@ -81,7 +68,7 @@ TEST(MemoryAdvice, OffloadKeepsOnlyWeightsAndGradientsOnTheDevice) {
   const OffloadedBytes four = offloaded_state_bytes(n, 2, true, 4, true, true);
   EXPECT_EQ(four.device, n * 4);
   EXPECT_EQ(four.host, (n * 10 + n * 2) / 4);  // each rank its shard
-  const models::ModelConfig model = llama_shape(128256, 14336, 8);
+  const models::ModelConfig model = models::testing::llama_4096_shape(128256, 14336, 8);
   TrainConfig config;
   const std::string msg = setup_oom_message("allocating the optimizer state", config, model, 2, 1, 80 * kGiB, "");
   const OffloadedBytes off = offloaded_state_bytes(model.num_parameters(), 2, true, 1, true);
@@ -142,7 +129,7 @@ TEST(MemoryAdvice, TheDeviceUpdateCountsItsStaging) {
   config.distributed.bucket_mb = 1024;
   EXPECT_EQ(offload_piece_elements(config, 2, 1), optim::kStreamChunk);
 
-  const models::ModelConfig model = llama_shape(128256, 14336, 8);
+  const models::ModelConfig model = models::testing::llama_4096_shape(128256, 14336, 8);
   config.optimizer.offload = optim::Offload::kCpu;
   config.optimizer.offload_update = optim::OffloadUpdate::kDevice;
   config.optimizer.split_masters = true;
@@ -159,7 +146,7 @@ TEST(MemoryAdvice, TheDeviceUpdateCountsItsStaging) {
 // on one H200 (benchmarks/packing/results/7b_1gpu_h200_2026-11-23/logs: "device memory after
 // set-up: 100.41 GiB"); bf16 AdamW or two ranks fit before activations.
 TEST(MemoryAdvice, NamesTheSettingsThatFit) {
-  const models::ModelConfig model = llama_shape(32000, 11008, 32);  // Llama-2-7B
+  const models::ModelConfig model = models::testing::llama_4096_shape(32000, 11008, 32);  // Llama-2-7B
   TrainConfig config;
   const std::string msg = setup_oom_message("allocating the optimizer state", config, model, 2, 1, 80 * kGiB,
                                             "CUDA out of memory.");
