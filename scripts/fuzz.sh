@@ -14,7 +14,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${FPTRAIN_FUZZ_BUILD_DIR:-$ROOT/build-fuzz}
-JOBS=${FPTRAIN_FUZZ_JOBS:-$(nproc)}
+JOBS=${FPTRAIN_FUZZ_JOBS:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)}  # the cores, whatever OMP says
 RSS_MB=${FPTRAIN_FUZZ_RSS_MB:-2048}
 ALL_TARGETS=(jsonl_line safetensors_header config_json tokenizer_json sentencepiece_model yaml_config jinja_template)
 log() { printf '[fuzz] %s\n' "$*" >&2; }

@@ -11,7 +11,8 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${FPTRAIN_BUILD_DIR:-$ROOT/build}
-JOBS=${FPTRAIN_JOBS:-$(nproc)}
+# The cores, not OMP_NUM_THREADS (GNU nproc honours it, and test.sh sets it to 1 per test).
+JOBS=${FPTRAIN_JOBS:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)}
 log() { printf '[setup] %s\n' "$*" >&2; }
 
 APT_PACKAGES=(build-essential cmake ninja-build ccache pkg-config libgtest-dev nlohmann-json3-dev
