@@ -72,17 +72,23 @@ inline OptimizerSection section_at(const Form& f, Place place, double lr, GradSt
 
 using Loss = std::function<at::Tensor(const std::vector<at::Tensor>&, uint64_t)>;
 
+// Step s after its forward's waits: two micro-batches, clipping at 0.5 (it bites), a rate that
+// changes with s; the update is launched, not waited for.
+inline void launch_step(AdamW& opt, const Loss& loss, bool fp32_sums, double lr, int s) {
+  for (int j = 0; j < 2; ++j) {
+    loss(opt.flat().params(), 100 * s + j).backward();
+    if (j == 0 && fp32_sums) opt.accumulate_gradients();
+  }
+  opt.grad_norm(0.5);
+  opt.step(lr * (1.0 + 0.1 * s));
+}
+
 // Steps [from, to) as the trainer takes them: the "forward" waits bucket by bucket as its
-// stage hook does, two micro-batches, clipping at 0.5 (it bites), a rate that changes.
+// stage hook does, then launch_step.
 inline void train(AdamW& opt, const Loss& loss, bool fp32_sums, double lr, int from, int to) {
   for (int s = from; s < to; ++s) {
     for (const FlatBucket& b : opt.flat().layout().buckets()) opt.wait_for_weights(b.offset + b.size);
-    for (int j = 0; j < 2; ++j) {
-      loss(opt.flat().params(), 100 * s + j).backward();
-      if (j == 0 && fp32_sums) opt.accumulate_gradients();
-    }
-    opt.grad_norm(0.5);
-    opt.step(lr * (1.0 + 0.1 * s));
+    launch_step(opt, loss, fp32_sums, lr, s);
   }
   opt.wait_for_all_weights();
 }

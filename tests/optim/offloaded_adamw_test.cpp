@@ -120,9 +120,7 @@ TEST(OffloadedAdamW, EachBucketIsFinalOnceWaitedFor) {
     auto device = make(f, Place::kNone), host = make(f, place);
     train(*device, false, 0, 2);
     train(*host, false, 0, 1);
-    for (int j = 0; j < 2; ++j) loss(host->flat().params(), 100 + j).backward();
-    host->grad_norm(0.5);
-    host->step(1e-2 * (1.0 + 0.1 * 1));
+    testing::launch_step(*host, loss, f.fp32_sums, 1e-2, 1);
     for (const FlatBucket& b : host->flat().layout().buckets()) {
       host->wait_for_weights(b.offset + b.size);
       EXPECT_TRUE(at::equal(host->flat().weights().narrow(0, b.offset, b.size),

@@ -76,10 +76,8 @@ TEST(OffloadedOptimizerGpu, TheForwardReadsEachBucketOnceWaitedFor) {
   auto device = make(f, Offload::kNone), host = make(f, Offload::kCpu);
   train(*device, f, 0, 4);
   train(*host, f, 0, 3);
-  // Step 4 (as train() takes it) by hand, then the buckets read one wait at a time.
-  for (int j = 0; j < 2; ++j) loss(host->flat().params(), 300 + j).backward();
-  host->grad_norm(0.5);
-  host->step(1e-3 * (1.0 + 0.1 * 3));
+  // Step 4 (as train() takes it) launched, then the buckets read one wait at a time.
+  testing::launch_step(*host, loss, f.fp32_sums, 1e-3, 3);
   for (const FlatBucket& b : host->flat().layout().buckets()) {
     host->wait_for_weights(b.offset + b.size);
     const at::Tensor seen = host->flat().weights().narrow(0, b.offset, b.size).clone();  // on the current stream

@@ -107,9 +107,7 @@ TEST(StreamedOptimizerGpu, TheForwardReadsEachBucketOnceWaitedFor) {
   auto device = make(f, Place::kNone), streamed = make(f, Place::kDevice, GradStorage::kAuto, 1 << 12);
   train(*device, f, 0, 4);
   train(*streamed, f, 0, 3);
-  for (int j = 0; j < 2; ++j) loss(streamed->flat().params(), 300 + j).backward();
-  streamed->grad_norm(0.5);
-  streamed->step(1e-3 * (1.0 + 0.1 * 3));
+  testing::launch_step(*streamed, loss, f.fp32_sums, 1e-3, 3);
   for (const FlatBucket& b : streamed->flat().layout().buckets()) {
     streamed->wait_for_weights(b.offset + b.size);
     const at::Tensor seen = streamed->flat().weights().narrow(0, b.offset, b.size).clone();  // on the current stream
