@@ -57,6 +57,12 @@ class Communicator {
   // tensors inside it (between GPUs of one node: copy engines). Returns whether
   // it took it; the collectives behave the same either way.
   virtual bool share_buffer(const at::Tensor& /*buffer*/) { return false; }
+  // Collective: offers the reduce-scatters of buffers that are not shared (the gradient
+  // buckets that lazy storage allocates step by step), whose `full` holds at most
+  // `largest_bytes`, to a faster path (between GPUs of one node: copy engines pushing each
+  // slice into its owner's receive window). Returns whether it took them; the
+  // collectives behave the same either way.
+  virtual bool take_reduce_scatters(int64_t /*largest_bytes*/) { return false; }
   // How the tensor collectives move their bytes, for the log.
   virtual std::string transfers() const { return kind(); }
 };

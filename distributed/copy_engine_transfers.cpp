@@ -15,6 +15,10 @@ namespace fptrain::distributed {
 namespace {
 
 constexpr int64_t kSlots = 8192;  // distinct collectives (kind, buffer place) a run may use
+// Pushed reduce-scatters in flight per owner: one slot filling while the owner adds
+// the other. Their flags follow the kSlots collectives'.
+constexpr int64_t kWindowSlots = 2;
+constexpr int64_t kWindowAlignment = 256;  // each slice starts on a multiple (vector loads of the add)
 
 using WriteValueFn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 using WaitValueFn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
@@ -89,7 +93,7 @@ CopyEngineTransfers::CopyEngineTransfers(c10::intrusive_ptr<c10d::Store> store, 
   std::string failure;
   try {
     (void)driver();
-    const size_t bytes = static_cast<size_t>(kSlots) * 2 * static_cast<size_t>(world_) * sizeof(uint32_t);
+    const size_t bytes = static_cast<size_t>(kSlots + kWindowSlots) * 2 * static_cast<size_t>(world_) * sizeof(uint32_t);
     check(cudaMalloc(&flags_, bytes), "cudaMalloc of the transfer flags");
     check(cudaMemset(flags_, 0, bytes), "cudaMemset of the transfer flags");
     check(cudaDeviceSynchronize(), "zeroing the transfer flags");
@@ -210,7 +214,7 @@ uintptr_t CopyEngineTransfers::flag_address(int owner, int64_t slot, Flag flag, 
   return peer_flags_[static_cast<size_t>(owner)] + static_cast<uintptr_t>(index) * sizeof(uint32_t);
 }
 
-void CopyEngineTransfers::signal_and_wait(int64_t slot, Flag flag, uint32_t seq) {
+void CopyEngineTransfers::signal_peers(int64_t slot, Flag flag, uint32_t seq) {
   const auto s = reinterpret_cast<CUstream>(stream_.stream());
   // The write comes after the side stream's earlier work (stream order) and,
   // by default, after a memory fence: a peer that sees it sees our data.
@@ -218,10 +222,19 @@ void CopyEngineTransfers::signal_and_wait(int64_t slot, Flag flag, uint32_t seq)
     if (p != rank_)
       check(driver().write_value(s, flag_address(p, slot, flag, rank_), seq, CU_STREAM_WRITE_VALUE_DEFAULT),
             "cuStreamWriteValue32");
+}
+
+void CopyEngineTransfers::wait_for_peers(int64_t slot, Flag flag, uint32_t seq) {
+  const auto s = reinterpret_cast<CUstream>(stream_.stream());
   for (int p = 0; p < world_; ++p)
     if (p != rank_)
       check(driver().wait_value(s, flag_address(rank_, slot, flag, p), seq, CU_STREAM_WAIT_VALUE_GEQ),
             "cuStreamWaitValue32");
+}
+
+void CopyEngineTransfers::signal_and_wait(int64_t slot, Flag flag, uint32_t seq) {
+  signal_peers(slot, flag, seq);
+  wait_for_peers(slot, flag, seq);
 }
 
 void CopyEngineTransfers::start_after_current_stream() {
@@ -257,14 +270,80 @@ Pending CopyEngineTransfers::reduce_scatter_sum(const at::Tensor& full, const at
                           bytes, cudaMemcpyDeviceToDevice, stream_.stream()),
           "cudaMemcpyAsync from rank " + std::to_string(p));
   }
-  const at::Tensor mine = full.narrow(0, rank_ * n, n);
-  const at::Tensor theirs = scratch_.narrow(0, 0, n * (world_ - 1)).view({world_ - 1, n});
+  add_slices(full.narrow(0, rank_ * n, n), scratch_.narrow(0, 0, n * (world_ - 1)).view({world_ - 1, n}), out);
+  signal_and_wait(slot, kDone, seq);  // every peer has read its slice of ours
+  return finish();
+}
+
+void CopyEngineTransfers::add_slices(const at::Tensor& mine, const at::Tensor& theirs, const at::Tensor& out) {
   if (world_ == 2) {
     at::add_out(const_cast<at::Tensor&>(out), mine, theirs[0]);  // one rounding of a + b, as NCCL's
   } else {
     out.copy_(mine.to(at::kFloat).add_(theirs.to(at::kFloat).sum(0)));  // fp32 sum, rounded once
   }
-  signal_and_wait(slot, kDone, seq);  // every peer has read its slice of ours
+}
+
+void CopyEngineTransfers::open_receive_window(int64_t largest_bytes) {
+  if (window_) throw std::logic_error("copy-engine transfers: the receive window is open already");
+  const int64_t slice = (largest_bytes / world_ + kWindowAlignment - 1) / kWindowAlignment * kWindowAlignment;
+  const auto bytes = static_cast<size_t>(kWindowSlots * (world_ - 1) * slice);
+  c10::cuda::CUDAGuard guard(device_);
+  std::string failure;
+  try {
+    // Its own allocation, outside the caching allocator: peers map it once, for the run.
+    check(cudaMalloc(&window_, bytes), "cudaMalloc of the " + std::to_string(bytes) + "-byte receive window");
+  } catch (const std::exception& e) {
+    window_ = nullptr;
+    failure = e.what();
+  }
+  try {
+    peer_window_ = exchange("window", window_);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(failure.empty() ? e.what() : failure);
+  }
+  window_slice_ = slice;
+}
+
+bool CopyEngineTransfers::takes_pushed(const at::Tensor& full) const {
+  return window_ && full.is_cuda() && full.device().index() == device_ && full.is_contiguous() &&
+         full.numel() % world_ == 0 && static_cast<int64_t>(full.nbytes()) / world_ <= window_slice_;
+}
+
+uintptr_t CopyEngineTransfers::window_address(int owner, int64_t w, int source) const {
+  const int index = source < owner ? source : source - 1;  // the owner receives from the others only
+  return peer_window_[static_cast<size_t>(owner)] +
+         static_cast<uintptr_t>((w * (world_ - 1) + index) * window_slice_);
+}
+
+Pending CopyEngineTransfers::reduce_scatter_pushed(const at::Tensor& full, const at::Tensor& out) {
+  const int64_t n = out.numel();
+  if (full.numel() != n * world_ || full.scalar_type() != out.scalar_type() || !out.is_contiguous() ||
+      !takes_pushed(full))
+    throw std::invalid_argument("reduce_scatter_pushed: full must hold world × out's elements, of out's dtype, "
+                                "and fit the receive window");
+  const auto bytes = static_cast<size_t>(n) * full.element_size();
+  const int64_t w = pushes_ % kWindowSlots;
+  const auto seq = static_cast<uint32_t>(pushes_ / kWindowSlots + 1);
+  const int64_t slot = kSlots + w;
+  ++pushes_;
+  c10::cuda::CUDAGuard device_guard(device_);
+  start_after_current_stream();
+  // Every owner has added what this rank pushed into slot w the time before.
+  if (seq > 1) wait_for_peers(slot, kDone, seq - 1);
+  const char* base = static_cast<const char*>(full.data_ptr());
+  for (int p = 0; p < world_; ++p) {
+    if (p == rank_) continue;
+    check(cudaMemcpyAsync(reinterpret_cast<void*>(window_address(p, w, rank_)), base + static_cast<size_t>(p) * bytes,
+                          bytes, cudaMemcpyDeviceToDevice, stream_.stream()),
+          "cudaMemcpyAsync to rank " + std::to_string(p));
+  }
+  signal_and_wait(slot, kReady, seq);  // every slice of ours has arrived, and every peer's in our window
+  c10::cuda::CUDAStreamGuard stream_guard(stream_);
+  const at::Tensor received =
+      at::from_blob(reinterpret_cast<char*>(window_) + w * (world_ - 1) * window_slice_, {world_ - 1, n},
+                    {window_slice_ / static_cast<int64_t>(full.element_size()), 1}, full.options());
+  add_slices(full.narrow(0, rank_ * n, n), received, out);
+  signal_peers(slot, kDone, seq);  // slot w of our window may be filled again
   return finish();
 }
 

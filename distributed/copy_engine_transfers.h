@@ -10,13 +10,21 @@
 //                   into the same place of its own;
 //   reduce-scatter  each rank copies its slice from every peer's buffer into a
 //                   scratch buffer, then adds them into its own slice (one short
-//                   element-wise kernel; summed in fp32, rounded once).
+//                   element-wise kernel; summed in fp32, rounded once);
+//   pushed          (buffers that are not shared: gradient buckets allocated step
+//   reduce-scatter  by step, so that a rank can free the slices it does not own)
+//                   each rank copies every peer's slice of its buffer into that
+//                   peer's receive window, then adds what its own window received
+//                   into its slice as above. The window has kWindowSlots slots used
+//                   in turn; a sender waits until the owner has added the slot's
+//                   previous contents.
 // Buffers are shared once (share(): CUDA IPC handles exchanged through the
 // store). The order between ranks is kept by 32-bit flags in each rank's device
 // memory that peers write and the streams wait on (cuStreamWriteValue32 /
 // cuStreamWaitValue32: no SM, no host): per collective and source rank a
-// "ready" flag (the source's input is complete: it may be read) and a "done"
-// flag (the source has finished reading: the buffer may change again). A
+// "ready" flag (the source's input is complete: it may be read; pushed: it has
+// arrived) and a "done" flag (the source has finished reading: the buffer may
+// change again; pushed: the owner has added the window slot's contents). A
 // collective's Pending completes when this rank's output is written and every
 // peer has finished reading this rank's input, as an NCCL collective does.
 //
@@ -56,10 +64,22 @@ class CopyEngineTransfers {
   // Whether `t` lies entirely inside a shared buffer.
   bool covers(const at::Tensor& t) const;
 
+  // Collective: opens this rank's receive window for pushed reduce-scatters of
+  // buffers of up to `largest_bytes` and maps every peer's. Throws if any step
+  // fails on this rank.
+  void open_receive_window(int64_t largest_bytes);
+  // Whether reduce_scatter_pushed() takes `full`: the window is open and holds
+  // full's slices, full is contiguous on this rank's device.
+  bool takes_pushed(const at::Tensor& full) const;
+
   // As Communicator's, for `full` inside a shared buffer (out / shard may be
   // full's own chunk `rank`).
   Pending reduce_scatter_sum(const at::Tensor& full, const at::Tensor& out);
   Pending all_gather(const at::Tensor& shard, const at::Tensor& full);
+  // As Communicator's reduce-scatter, for any `full` takes_pushed() takes: once
+  // the returned Pending completes (and not before), `full` may be freed or
+  // changed; out may be full's own chunk `rank`.
+  Pending reduce_scatter_pushed(const at::Tensor& full, const at::Tensor& out);
 
  private:
   struct Shared {
@@ -77,6 +97,12 @@ class CopyEngineTransfers {
   // On the side stream: tell every peer `flag` of `slot` is at `seq`, then wait
   // until every peer has told this rank the same.
   void signal_and_wait(int64_t slot, Flag flag, uint32_t seq);
+  void signal_peers(int64_t slot, Flag flag, uint32_t seq);
+  void wait_for_peers(int64_t slot, Flag flag, uint32_t seq);
+  // out = mine + the world - 1 slices at `theirs` (fp32, rounded once), on the side stream.
+  void add_slices(const at::Tensor& mine, const at::Tensor& theirs, const at::Tensor& out);
+  // Where `source`'s slice lies in window slot `w` of `owner` (as mapped here).
+  uintptr_t window_address(int owner, int64_t w, int source) const;
   void start_after_current_stream();
   Pending finish();
   std::vector<uintptr_t> exchange(const std::string& key, const void* base);
@@ -92,6 +118,10 @@ class CopyEngineTransfers {
   std::map<std::pair<char, uintptr_t>, int64_t> slot_of_;  // (kind, full's address) → slot
   std::vector<uint32_t> seq_;
   at::Tensor scratch_;  // the peers' slices of a reduce-scatter
+  void* window_ = nullptr;               // [kWindowSlots][world - 1 sources][window_slice_ bytes], this rank's
+  std::vector<uintptr_t> peer_window_;   // every rank's window, mapped here
+  int64_t window_slice_ = 0;             // bytes a source's slice may take
+  int64_t pushes_ = 0;                   // pushed reduce-scatters so far
   int64_t exchanges_ = 0;
 };
 

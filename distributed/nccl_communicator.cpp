@@ -53,17 +53,29 @@ void NcclCommunicator::give_up_copy_engines(const std::string& why) {
   transfers_note_ = "nccl (copy engines not used: " + why + ")";
 }
 
-bool NcclCommunicator::share_buffer(const at::Tensor& buffer) {
+template <typename Fn>
+bool NcclCommunicator::all_set_up(Fn&& collective, const std::string& other_rank_failed) {
   if (!copies_) return false;
   std::string failure;
   try {
-    copies_->share(buffer);
+    collective();
   } catch (const std::exception& e) {
     failure = e.what();
   }
   if (all_succeeded(failure.empty())) return true;
-  give_up_copy_engines(failure.empty() ? "another rank cannot share its buffer" : failure);
+  give_up_copy_engines(failure.empty() ? other_rank_failed : failure);
   return false;
+}
+
+bool NcclCommunicator::share_buffer(const at::Tensor& buffer) {
+  return all_set_up([&] { copies_->share(buffer); }, "another rank cannot share its buffer");
+}
+
+bool NcclCommunicator::take_reduce_scatters(int64_t largest_bytes) {
+  const bool taken = all_set_up([&] { copies_->open_receive_window(largest_bytes); },
+                                "another rank cannot open its receive window");
+  if (taken) transfers_note_ += "; reduce-scatters of step-by-step buffers pushed by copy engines";
+  return taken;
 }
 
 NcclCommunicator::~NcclCommunicator() {
@@ -91,6 +103,7 @@ Pending NcclCommunicator::all_reduce_max(at::Tensor t) {
 
 Pending NcclCommunicator::reduce_scatter_sum(at::Tensor full, at::Tensor out) {
   if (copies_ && copies_->covers(full)) return copies_->reduce_scatter_sum(full, out);
+  if (copies_ && copies_->takes_pushed(full)) return copies_->reduce_scatter_pushed(full, out);
   c10d::ReduceScatterOptions o;
   o.reduceOp = c10d::ReduceOp::SUM;
   return Pending(group_->_reduce_scatter_base(out, full, o));

@@ -45,12 +45,17 @@ class NcclCommunicator : public Communicator {
   Pending all_gather(at::Tensor shard, at::Tensor full) override;
   Pending broadcast(at::Tensor t, int root) override;
   bool share_buffer(const at::Tensor& buffer) override;
+  bool take_reduce_scatters(int64_t largest_bytes) override;
   std::string transfers() const override { return transfers_note_; }
 
  private:
   // Every rank learns whether any rank failed (a host sync: start-up only).
   bool all_succeeded(bool mine);
   void give_up_copy_engines(const std::string& why);
+  // Runs `collective` (a CopyEngineTransfers set-up step) on every rank; false, with the
+  // copy engines given up, when it failed on any.
+  template <typename Fn>
+  bool all_set_up(Fn&& collective, const std::string& other_rank_failed);
 
   c10::intrusive_ptr<c10d::ProcessGroupNCCL> group_;
   int rank_, world_;

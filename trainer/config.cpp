@@ -468,7 +468,8 @@ const std::vector<KeyDef>& key_defs() {
         "optimizer.gradient_storage",
         "where the gradients live: lazy = per bucket (distributed.bucket_mb), allocated when the backward first "
         "reaches it and freed after the step, so no gradient memory during the forward; resident = one buffer for "
-        "the whole run; auto = lazy unless the copy-engine collectives need the one buffer",
+        "the whole run (between GPUs of one node the copy engines then read the peers' slices from it instead "
+        "of pushing them); auto = lazy",
         MEMBER(optimizer.gradient_storage));
     t.number("optimizer.grad_clip", "max global gradient L2 norm; 0 disables clipping", MEMBER(optimizer.grad_clip),
              0.0, 1e9);

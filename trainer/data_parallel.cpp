@@ -70,16 +70,19 @@ std::unique_ptr<optim::GradReducer> attach_to_group(distributed::Group& group, o
                                                     optim::GradStorage storage, bool release_unowned) {
   // The flat buffers are laid out alike on every rank: their reduce-scatters and
   // all-gathers may take the copy engines (the all-reduces of the unsharded mode
-  // stay on NCCL). The copy engines register one fixed buffer, so the gradients
-  // become resident for them unless lazy storage was asked for (then their
-  // reduce-scatters stay on NCCL); auto gives them back to lazy storage when the
-  // copy engines do not take them.
+  // stay on NCCL). Resident gradients are one registered buffer the peers read
+  // from; lazy ones (auto's choice) are buckets allocated step by step, pushed
+  // into their owners' receive windows, so a rank can free what it does not own.
   if (optimizer.sharded()) {
     optim::FlatGradients& grads = optimizer.flat().gradients();
-    if (storage != optim::GradStorage::kLazy) {
+    if (storage == optim::GradStorage::kResident) {
       grads.set_storage(optim::GradStorage::kResident);
-      const bool shared = group.comm().share_buffer(grads.buffer());
-      if (!shared && storage == optim::GradStorage::kAuto) grads.set_storage(optim::GradStorage::kLazy);
+      group.comm().share_buffer(grads.buffer());
+    } else {
+      grads.set_storage(optim::GradStorage::kLazy);
+      int64_t largest = 0;
+      for (const optim::FlatBucket& b : optimizer.flat().layout().buckets()) largest = std::max(largest, b.size);
+      group.comm().take_reduce_scatters(largest * grads.element_size());
     }
     group.comm().share_buffer(optimizer.flat().weights());
   }

@@ -543,10 +543,8 @@ void Run::log_set_up() {
   log::info(lazy ? "gradient storage: lazy (" + std::to_string(optimizer_->flat().layout().buckets().size()) +
                        " bucket(s) of up to " + std::to_string(config_.distributed.bucket_mb_for(world())) +
                        " MiB, each allocated when the backward first reaches it and freed after the step)"
-                 : "gradient storage: resident (one buffer of " + common::gib_text(g.bytes()) + " for the run" +
-                       (config_.optimizer.gradient_storage == optim::GradStorage::kResident
-                            ? ": optimizer.gradient_storage is resident)"
-                            : ": the copy-engine collectives register it)"));
+                 : "gradient storage: resident (one buffer of " + common::gib_text(g.bytes()) +
+                       " for the run: optimizer.gradient_storage is resident)");
 }
 
 // The set-up memory line of an offloaded optimizer: the device's part (with the device

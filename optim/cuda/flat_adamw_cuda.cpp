@@ -10,9 +10,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
-#include <mutex>
 #include <stdexcept>
-#include <unordered_map>
 
 namespace fptrain::optim::cuda {
 namespace {
@@ -25,26 +23,22 @@ T* ptr_or_null(const at::Tensor& t) {
   return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr;
 }
 
-// Per device: kNormMaxBlocks partial sums and the zeroed counter of the last-block
-// reduction (the kernel leaves the counter zeroed, so it is set once), and the
-// threads' running sums for norms of more pieces than one launch takes.
+// The last-block reduction's kNormMaxBlocks partial sums and zeroed counter, and the
+// threads' running sums for norms of more pieces than one launch takes (1 MiB). Taken
+// from the caching allocator for each call, on its stream, rather than kept: a kept
+// scratch is memory the step holds through every backward, where the peak is.
 struct NormScratch {
   at::Tensor partials;
   at::Tensor counter;
   at::Tensor carry;
 };
 
-NormScratch& norm_scratch(const at::Device& device, bool carry) {
-  static std::mutex mutex;
-  static std::unordered_map<int, NormScratch> by_device;
-  std::lock_guard<std::mutex> lock(mutex);
-  NormScratch& s = by_device[device.index()];
+NormScratch norm_scratch(const at::Device& device, bool carry) {
   const auto opts = at::TensorOptions().device(device);
-  if (!s.partials.defined()) {
-    s.partials = at::empty({kNormMaxBlocks}, opts.dtype(at::kFloat));
-    s.counter = at::zeros({1}, opts.dtype(at::kInt));
-  }
-  if (carry && !s.carry.defined()) s.carry = at::empty({kNormCarryFloats}, opts.dtype(at::kFloat));
+  NormScratch s;
+  s.partials = at::empty({kNormMaxBlocks}, opts.dtype(at::kFloat));
+  s.counter = at::zeros({1}, opts.dtype(at::kInt));
+  if (carry) s.carry = at::empty({kNormCarryFloats}, opts.dtype(at::kFloat));
   return s;
 }
 
@@ -56,7 +50,7 @@ void grad_norm(const std::vector<flat::GradPiece>& pieces, at::ScalarType dtype,
                double max_norm, const at::Tensor& norm, const at::Tensor& coef) {
   const c10::cuda::CUDAGuard guard(norm.device());
   const bool carry = pieces.size() > static_cast<size_t>(kNormMaxPieces);
-  NormScratch& scratch = norm_scratch(norm.device(), carry);
+  const NormScratch scratch = norm_scratch(norm.device(), carry);
   std::vector<NormPiece> table;
   for (const flat::GradPiece& p : pieces)
     table.push_back({p.grads.defined() ? p.grads.data_ptr() : nullptr, p.offset, p.offset + p.numel});

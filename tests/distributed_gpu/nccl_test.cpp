@@ -101,27 +101,42 @@ TEST(NcclDataParallel, Fp32SumsOfTwoGpusFollowOneGpuSummingInFp32) {
 
 // Copy-engine transfers move the same bytes and, on two ranks, sum the same
 // two numbers with one rounding as NCCL does: the runs are equal bit for bit,
-// in bf16 (the trainer's dtype) and fp32, at two bucket sizes. The fixture
-// model (0.5 MB) fits one bucket at either; many buckets in flight are
-// exercised by the 7B benchmark (benchmarks/distributed).
+// in bf16 (the trainer's dtype) and fp32, at two bucket sizes, with lazy
+// gradients (auto: each slice pushed into its owner's receive window, the
+// unowned slices freed) and resident ones (each rank reads its slices from the
+// peers' registered buffer). The fixture model (0.5 MB) fits one bucket at
+// either size, so the two window slots are reused step after step; many buckets
+// in flight are exercised by the 7B benchmark (benchmarks/distributed).
 TEST(NcclDataParallel, CopyEngineTransfersEqualNcclBitForBit) {
   if (!two_gpus()) GTEST_SKIP() << "needs two GPUs";
   WorkDir dir;
+  const std::vector<std::pair<std::string, std::vector<std::string>>> forms = {
+      {"nccl", {"distributed.transfers=nccl"}},
+      {"pushed", {"distributed.transfers=copy_engine"}},
+      {"read", {"distributed.transfers=copy_engine", "optimizer.gradient_storage=resident"}},
+  };
   for (const char* dtype : {"bfloat16", "float32"}) {
     for (const char* bucket : {"1", "64"}) {
       const std::string tag = std::string(dtype) + "-" + bucket;
       std::vector<TrainRun> runs;
-      for (const char* transfers : {"nccl", "copy_engine"})
-        runs.push_back(train_run(dir, tag + "-" + transfers, 2, kData, "",
-                                 {"training.max_steps=6", "batching.examples_per_micro_batch=4",
-                                  "batching.grad_accumulation=2", "device=cuda", "model.attention=reference",
-                                  std::string("model.dtype=") + dtype, std::string("distributed.bucket_mb=") + bucket,
-                                  std::string("distributed.transfers=") + transfers}));
+      for (const auto& [name, sets] : forms)
+        runs.push_back(train_run(dir, tag + "-" + name, 2, kData, "",
+                                 with(sets, {"training.max_steps=6", "batching.examples_per_micro_batch=4",
+                                             "batching.grad_accumulation=2", "device=cuda", "model.attention=reference",
+                                             std::string("model.dtype=") + dtype,
+                                             std::string("distributed.bucket_mb=") + bucket})));
       ASSERT_EQ(runs[0].records.size(), 6u) << runs[0].outcome.describe();
-      EXPECT_NE(runs[1].outcome.outputs[0].find("by copy engines"), std::string::npos) << runs[1].outcome.outputs[0];
       EXPECT_EQ(runs[0].outcome.outputs[0].find("by copy engines"), std::string::npos);
-      expect_same_steps(runs[1].records, runs[0].records, 0.0);
-      expect_weights_close(checkpoint_of(runs[1].dir, 6), checkpoint_of(runs[0].dir, 6), 0.0, 0.0);
+      EXPECT_NE(runs[1].outcome.outputs[0].find("pushed by copy engines"), std::string::npos) << runs[1].outcome.outputs[0];
+      EXPECT_NE(runs[1].outcome.outputs[0].find("release_unowned_gradients: true, gradient storage lazy"),
+                std::string::npos) << runs[1].outcome.outputs[0];
+      EXPECT_NE(runs[2].outcome.outputs[0].find("by copy engines"), std::string::npos) << runs[2].outcome.outputs[0];
+      EXPECT_EQ(runs[2].outcome.outputs[0].find("pushed by copy engines"), std::string::npos);
+      for (size_t i = 1; i < runs.size(); ++i) {
+        SCOPED_TRACE(tag + " " + forms[i].first);
+        expect_same_steps(runs[i].records, runs[0].records, 0.0);
+        expect_weights_close(checkpoint_of(runs[i].dir, 6), checkpoint_of(runs[0].dir, 6), 0.0, 0.0);
+      }
     }
   }
 }

@@ -9,6 +9,8 @@
 #include "optim/flat_adamw.h"
 
 #include <c10/core/GradMode.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <gtest/gtest.h>
 
 namespace fptrain::optim {
@@ -148,6 +150,35 @@ TEST(TrainFlatAdamWGpu, GradNormMatchesTheCpuAndIsDeterministic) {
   EXPECT_EQ(c.item<float>(), 1.0f);
   flat::grad_norm(g * 1e6, {}, 0.0, n, c);
   EXPECT_EQ(c.item<float>(), 1.0f);
+}
+
+// A norm over more pieces than one launch takes (a carried running sum), some pieces
+// zeros: the single buffer's bits, and no scratch memory kept afterwards (kept scratch
+// would be memory held through the next backward, where the step peaks).
+TEST(TrainFlatAdamWGpu, GradNormOverPiecesKeepsNoScratch) {
+  require_kernels();
+  const int64_t piece = 4099, count = 3 * 32 + 5, n = piece * count;
+  const Buffers gpu = random_buffers(at::kBFloat16, true, true, false, n, 0, 77).to(kCuda);
+  at::Tensor whole = gpu.grads.clone();
+  std::vector<flat::GradPiece> pieces;
+  for (int64_t k = 0; k < count; ++k) {
+    at::Tensor part = k % 7 == 3 ? at::Tensor() : whole.narrow(0, k * piece, piece).clone();
+    if (!part.defined()) whole.narrow(0, k * piece, piece).zero_();
+    pieces.push_back({part, k * piece, piece});
+  }
+  const auto scalar = [] { return at::empty({}, at::TensorOptions().dtype(at::kFloat).device(kCuda)); };
+  at::Tensor n1 = scalar(), c1 = scalar(), n2 = scalar(), c2 = scalar();
+  const auto allocated = [] {
+    c10::cuda::device_synchronize();
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+    return stats.allocated_bytes[static_cast<size_t>(c10::CachingDeviceAllocator::StatType::AGGREGATE)].current;
+  };
+  const int64_t before = allocated();
+  flat::grad_norm(whole, gpu.accum, 1.0, n1, c1);
+  flat::grad_norm(pieces, gpu.accum, 1.0, n2, c2);
+  EXPECT_EQ(allocated(), before) << "bytes the norm kept after it returned";
+  EXPECT_EQ(n1.item<float>(), n2.item<float>()) << "pieces and the whole buffer: the same sums in the same order";
+  EXPECT_EQ(c1.item<float>(), c2.item<float>());
 }
 
 TEST(TrainFlatAdamWGpu, AccumulateEqualsTheCpuReference) {
