@@ -11,25 +11,38 @@ log that ran out of memory counts as a measurement ("out of memory, needs X GiB"
 
 A run of N ranks is projected with the storage and transfers N ranks would use:
     transfers     N > 1: copy engines (one host) unless the log or --transfers says NCCL
-    gradients     copy engines register one buffer: resident, whole on every rank;
-                  NCCL: lazy; with release_unowned_gradients on, 1/N after the reductions
+    gradients     lazy; with release_unowned_gradients on, 1/N after the reductions.
+                  Resident (whole on every rank, whatever the transfers) where the log says
+                  optimizer.gradient_storage is resident, predates lazy storage, or pulled
+                  by copy engines (what auto chose for them before they pushed)
     optimizer     masters and moments split: x W / N
     buckets       distributed.bucket_mb auto: 512 MiB at N > 1, 64 MiB at 1
-    copy engines  a reduce-scatter scratch of bucket x (N-1)/N kept for the run (in the
-                  allocator); at N > 2 also fp32 sums of 2 x bucket x (N+1)/N while one runs
-The peak is the larger of two phases (the "phase" of each projection):
-    backward  W + O/N + gradients held in the forward + A + copy-engine buffers
-              (held: all with resident storage or several micro-batches, else the head's bucket)
-    step      W + O/N + gradients held at the step + S (+ the scratch)
+    copy engines  lazy gradients: pushed into each owner's receive window, cudaMalloc'd for
+                  the run outside the allocator: 2 slots x (N-1) x the largest bucket / N
+                  (rounded up to 256 bytes; a bucket holds whole tensors, so at least the
+                  head's gradient); resident ones: pulled into a reduce-scatter scratch of
+                  bucket x (N-1)/N kept for the run (in the allocator); either way at N > 2
+                  fp32 sums of 2 x bucket x (N+1)/N while one runs
+The peak is the largest of these phases (the "phase" of each projection):
+    backward    W + O/N + gradients held in the forward + A + the copy engines' scratch and sums
+                (held: all with resident storage or several micro-batches, else the head's bucket)
+    reductions  (released gradients only) W + O/N + G + G/N + the sums, G the whole gradients:
+                the reducer keeps every released bucket, beside its shard, until the step's
+                reductions have finished
+    step        W + O/N + gradients held at the step + S (+ the scratch)
 A (one micro-batch's activation peak) and S (the step's workspace, per bucket piece of
 bucket/N, so it scales with that) come from the phase the log's own peak fell in: where the
 gradients were held through its forwards (resident, or several micro-batches) its figure is
-A; a lazy single-micro-batch log's is S (its forward held only the head's bucket), and A then
+A (less the gradients it released: the figure counts only the 1/N kept to the step);
+a lazy single-micro-batch log's is S (its forward held only the head's bucket), and A then
 comes from another given log of the same world size, model and micro-batch size that measured
 it, else the projection is a lower bound (">="). Outside the allocator: the CUDA context
 (a 1-rank log's figure, else CONTEXT) plus PEER per peer (NCCL, the peer's context on this
-GPU) plus the copy engines' flags (8192 x 2 x N x 4 bytes: the only cudaMalloc they make;
-the shared buffers are the allocator's, counted as weights and gradients).
+GPU) plus the copy engines' flags ((8192 + 2) x 2 x N x 4 bytes) and, where they push, the
+receive window (the shared buffers are the allocator's, counted as weights and gradients).
+A measured run is compared with the projection of its own transfers, as its log names them:
+"pushed by copy engines" (the window), "by copy engines" with resident gradients (the pull),
+else NCCL.
 """
 import argparse
 import os
@@ -55,7 +68,9 @@ MODEL = re.compile(r"hidden (?P<hidden>\d+), vocab (?P<vocab>\d+)")
 # 2026-11-23..27 on H100 and H200 read 1.55-1.56 GiB; one, 17.25, see the README).
 CONTEXT = 0.74 * GIB
 PEER = 0.82 * GIB
-FLAG_SLOTS = 8192
+FLAG_SLOTS = 8192 + 2  # the collectives' and the receive window's
+WINDOW_SLOTS = 2
+WINDOW_ALIGNMENT = 256
 
 
 def size(text):
@@ -94,21 +109,44 @@ def read(path, world):
     run["examples"], run["k"] = (int(micro["examples"]), int(micro["k"])) if micro else (None, 1)
     run["head"] = int(model["hidden"]) * int(model["vocab"]) * 2 if model else 0  # bf16 [vocab, hidden]
     run["copy_engines"] = world > 1 and "by copy engines" in text
+    # How its gradients were reduce-scattered. Before the copy engines pushed, auto made the
+    # gradients resident for them and they pulled; explicitly lazy ones stayed on NCCL.
+    if world == 1:
+        run["transfers"] = None
+    elif "pushed by copy engines" in text:
+        run["transfers"] = "push"
+    elif run["copy_engines"] and run["storage"] == "resident":
+        run["transfers"] = "pull"
+    else:
+        run["transfers"] = "nccl"
     return run
 
 
-def copy_engine_bytes(n):
+def copy_engine_bytes(n, transfers):
     """The copy engines' reduce-scatter buffers in the allocator: (kept scratch, transient fp32 sums)."""
+    if transfers not in ("push", "pull"):
+        return 0.0, 0.0
     b = bucket_bytes(n)
-    return b * (n - 1) / n, (2 * b * (n + 1) / n if n > 2 else 0.0)
+    scratch = b * (n - 1) / n if transfers == "pull" else 0.0  # pushed: the window, outside
+    return scratch, (2 * b * (n + 1) / n if n > 2 else 0.0)
+
+
+def window_bytes(run, n):
+    """The pushed reduce-scatters' receive window (cudaMalloc, outside the allocator)."""
+    largest = max(bucket_bytes(n), run["head"])
+    slice_ = -(-largest // n)
+    slice_ = -(-slice_ // WINDOW_ALIGNMENT) * WINDOW_ALIGNMENT
+    return WINDOW_SLOTS * (n - 1) * slice_
 
 
 def own_parts(run):
     """A (one micro-batch's activation peak) and S (the step's workspace) from the log's own peak."""
     held_in_forward = run["storage"] == "resident" or run["k"] > 1
-    scratch = copy_engine_bytes(run["world"])[0] if run["copy_engines"] else 0.0
+    scratch = copy_engine_bytes(run["world"], run["transfers"])[0]
     if held_in_forward:  # every gradient was there in the forward: its peak is the backward's
-        return max(0.0, run["activations"] - scratch), None
+        # Its figure is the peak less the gradients held at the step (1/N if released), not all.
+        released = run["whole_gradients"] - run["gradients"]
+        return max(0.0, run["activations"] - released - scratch), None
     return None, run["activations"]  # lazy, one micro-batch: the forward held one bucket, the peak is the step's
 
 
@@ -125,38 +163,53 @@ def activation_from_peers(run, runs):
 
 
 def transfers_at(run, n, choice):
-    if n == 1 or choice == "nccl":
-        return False
-    if choice == "copy_engine" or run["world"] == 1:
-        return True  # one host: the copy engines take the flat buffers
-    return run["copy_engines"]
+    """How n ranks reduce-scatter the gradients: None (one rank), "nccl", "push" or "pull"
+    (copy engines). choice: auto, copy_engine, nccl, or a measured run's push / pull."""
+    if n == 1:
+        return None
+    if choice in ("nccl", "push", "pull"):
+        return choice
+    if choice == "auto" and run["world"] > 1 and not run["copy_engines"]:
+        return "nccl"  # the log says NCCL (another host, or distributed.transfers: nccl)
+    # One host: the copy engines push lazy gradients and pull resident ones (an old log that
+    # pulled keeps its reading).
+    return "pull" if run["always_resident"] or run["transfers"] == "pull" else "push"
+
+
+def phases(run, n, a, s, choice="auto"):
+    """[(peak allocated bytes, phase)] of `run` at n ranks: the backward (where A is known), the
+    reductions (where gradients are released), the step."""
+    transfers = transfers_at(run, n, choice)
+    resident = run["always_resident"] or transfers == "pull"
+    scratch, transient = copy_engine_bytes(n, transfers)
+    g = run["whole_gradients"]
+    base = run["weights"] + run["optimizer"] * run["world"] / n + scratch
+    in_forward = g if resident or run["k"] > 1 else max(run["head"], 0)
+    released = not resident and run["release_setting"] and n > 1
+    at_step = g / n if released else g
+    # The step's workspace scales with the bucket piece it updates (bucket / ranks).
+    s_n = s * (bucket_bytes(n) / n) / (bucket_bytes(run["world"]) / run["world"]) if s is not None else 0.0
+    found = []
+    if a is not None:
+        found.append((base + in_forward + a + transient, "backward"))
+    if released:  # each released bucket is kept beside its shard until the reductions finish
+        found.append((base + g + g / n + transient, "reductions"))
+    found.append((base + at_step + s_n, "step"))
+    return found
 
 
 def project(run, n, a, s, choice="auto"):
     """(peak allocated bytes, phase, whether it is a lower bound) of `run` at n ranks."""
-    ce = transfers_at(run, n, choice)
-    resident = ce or run["always_resident"]
-    scratch, transient = copy_engine_bytes(n) if ce else (0.0, 0.0)
-    g = run["whole_gradients"]
-    base = run["weights"] + run["optimizer"] * run["world"] / n + scratch
-    in_forward = g if resident or run["k"] > 1 else max(run["head"], 0)
-    at_step = g / n if (not resident and run["release_setting"] and n > 1) else g
-    # The step's workspace scales with the bucket piece it updates (bucket / ranks).
-    s_n = s * (bucket_bytes(n) / n) / (bucket_bytes(run["world"]) / run["world"]) if s is not None else 0.0
-    step = base + at_step + s_n
-    if a is None:
-        return step, "step", True
-    backward = base + in_forward + a + transient
-    if backward >= step:
-        return backward, "backward", False
-    return step, "step", s is None
+    p, phase = max(phases(run, n, a, s, choice), key=lambda ph: ph[0])  # the first of equals
+    return p, phase, a is None or (phase == "step" and s is None)
 
 
-def outside(run, n):
+def outside(run, n, choice="auto"):
     """Device memory outside the caching allocator at n ranks."""
     context = run["outside"] if run["world"] == 1 and not run["oom"] else CONTEXT
     flags = FLAG_SLOTS * 2 * n * 4 if n > 1 else 0
-    return context + (n - 1) * PEER + flags
+    window = window_bytes(run, n) if transfers_at(run, n, choice) == "push" else 0
+    return context + (n - 1) * PEER + flags + window
 
 
 def measured_peak(run):
@@ -189,10 +242,10 @@ def cell(p, phase, lower):
 def pair_row(r, m, a, s, choice):
     n = m["world"]
     if n > 1 and not m["oom"]:  # the measured run's transfers, as its log names them
-        choice = "copy_engine" if m["copy_engines"] else "nccl"
+        choice = m["transfers"]
     p, phase, lower = project(dict(r, k=m.get("k", r["k"])), n, a, s, choice)
     if m["oom"]:
-        need = p + outside(r, n)
+        need = p + outside(r, n, choice)
         fits = m["device"] is None or need <= m["device"]
         verdict = "fits: WRONG" if fits else "does not fit: right"
         got = f"out of memory (needs {m['needs'] / GIB:.1f} before activations)"
@@ -236,7 +289,7 @@ def main():
     print("| --- | ---: | ---: |" + " ---: |" * len(a.project))
     for r in ok:
         print(f"| {r['name']} | {r['world']} | {r['outside'] / GIB:.2f} | "
-              + " | ".join(f"{outside(r, n) / GIB:.2f}" for n in a.project) + " |")
+              + " | ".join(f"{outside(r, n, a.transfers) / GIB:.2f}" for n in a.project) + " |")
 
 
 if __name__ == "__main__":
