@@ -26,10 +26,19 @@ class Pending {
   explicit Pending(std::function<void()> wait) : wait_(std::move(wait)) {}
   void wait();
   bool empty() const { return !work_ && !wait_; }
+  // Whether the collective's input may be freed as soon as it was issued: its
+  // device reads were made known to the caching allocator (recordStream), which
+  // reuses the memory only after them. Otherwise the caller keeps it until wait().
+  bool input_may_be_freed() const { return input_may_be_freed_; }
+  Pending& input_recorded() {
+    input_may_be_freed_ = true;
+    return *this;
+  }
 
  private:
   c10::intrusive_ptr<c10d::Work> work_;
   std::function<void()> wait_;
+  bool input_may_be_freed_ = false;
 };
 
 class Communicator {

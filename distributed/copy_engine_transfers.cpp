@@ -2,6 +2,7 @@
 
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -110,8 +111,12 @@ CopyEngineTransfers::~CopyEngineTransfers() {
   // still read it; flags_ stays allocated (a peer's last "done" may still be on
   // its way). The process's end releases all of it.
   c10::cuda::CUDAGuard guard(device_);
-  if (cudaStreamQuery(stream_.stream()) == cudaSuccess)
+  if (cudaStreamQuery(stream_.stream()) == cudaSuccess) {
     for (void* p : opened_) (void)cudaIpcCloseMemHandle(p);
+    // Nothing of ours is queued, so every push into the window was waited for: a run
+    // that gives the copy engines up at start-up gets its memory back.
+    if (window_) (void)cudaFree(window_);
+  }
   (void)cudaGetLastError();
 }
 
@@ -344,7 +349,11 @@ Pending CopyEngineTransfers::reduce_scatter_pushed(const at::Tensor& full, const
                     {window_slice_ / static_cast<int64_t>(full.element_size()), 1}, full.options());
   add_slices(full.narrow(0, rank_ * n, n), received, out);
   signal_peers(slot, kDone, seq);  // slot w of our window may be filled again
-  return finish();
+  // `full` may go as soon as the caller lets it (a released bucket, in the middle of
+  // the backward): the allocator hands its memory out again only after the side
+  // stream's reads queued so far.
+  c10::cuda::CUDACachingAllocator::recordStream(full.storage().data_ptr(), stream_);
+  return finish().input_recorded();
 }
 
 Pending CopyEngineTransfers::all_gather(const at::Tensor& shard, const at::Tensor& full) {

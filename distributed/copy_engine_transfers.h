@@ -76,9 +76,10 @@ class CopyEngineTransfers {
   // full's own chunk `rank`).
   Pending reduce_scatter_sum(const at::Tensor& full, const at::Tensor& out);
   Pending all_gather(const at::Tensor& shard, const at::Tensor& full);
-  // As Communicator's reduce-scatter, for any `full` takes_pushed() takes: once
-  // the returned Pending completes (and not before), `full` may be freed or
-  // changed; out may be full's own chunk `rank`.
+  // As Communicator's reduce-scatter, for any `full` takes_pushed() takes; `full`
+  // may be freed at once (its reads are recorded with the caching allocator: the
+  // Pending says input_may_be_freed()), but not changed before the Pending
+  // completes; out may be full's own chunk `rank`.
   Pending reduce_scatter_pushed(const at::Tensor& full, const at::Tensor& out);
 
  private:

@@ -75,13 +75,14 @@ distributed::Pending GradReducer::scatter_and_release(size_t bucket) {
   distributed::Pending work =
       comm_.reduce_scatter_sum(whole, grads.make_shard(bucket, comm_.rank(), comm_.world_size()));
   grads.drop_bucket(bucket);
-  // Stream safety: on CUDA the collective reads `whole` on NCCL's stream, after the
-  // host returned. Our last reference is kept until finish() made the current stream
-  // wait for the collective; freed after that, the caching allocator can hand the
-  // block only to work queued later on that stream, which runs after NCCL's reads
-  // (ProcessGroupNCCL's own recordStream or stash protects it too; this does not
-  // depend on which it uses).
-  released_in_flight_.push_back(std::move(whole));
+  // Stream safety: on CUDA the collective reads `whole` on its own stream, after the
+  // host returned. Unless the collective recorded those reads with the caching
+  // allocator (the pushed copy-engine reduce-scatter), our last reference is kept
+  // until finish() made the current stream wait for the collective; freed after
+  // that, the caching allocator can hand the block only to work queued later on that
+  // stream, which runs after the reads (ProcessGroupNCCL's own recordStream or stash
+  // protects it too; this does not depend on which it uses).
+  if (!work.input_may_be_freed()) released_in_flight_.push_back(std::move(whole));
   return work;
 }
 

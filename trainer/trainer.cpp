@@ -785,7 +785,8 @@ void Run::run_eval() {
 
 // Where this rank's device memory went: the weights and the flat buffers, the peak of
 // everything else the allocator held (activations, workspaces, the step's
-// temporaries) and what lives outside it (CUDA context, NCCL's buffers).
+// temporaries) and what lives outside it (CUDA context, NCCL's buffers, the copy
+// engines' flags and receive window).
 nlohmann::json Run::memory_per_rank() const {
   // With adapters the flat buffers hold only them: the frozen base (NF4 with qlora) is weights too.
   int64_t weights = optimizer_->flat().weights().nbytes();
@@ -861,7 +862,7 @@ TrainOutcome Run::finish(Stop stop, double wall_seconds) {
     log::info("memory of this rank: " + common::gib_text(m["weights_bytes"]) + " weights, " + common::gib_text(m["gradients_bytes"]) +
               " gradients, " + common::gib_text(m["optimizer_state_bytes"]) + " optimizer state, " +
               common::gib_text(m["activations_and_workspace_peak_bytes"]) + " activations and workspace at the peak, " +
-              common::gib_text(m["outside_allocator_bytes"]) + " outside the allocator (CUDA context, NCCL)");
+              common::gib_text(m["outside_allocator_bytes"]) + " outside the allocator (CUDA context, NCCL, copy-engine buffers)");
     log::info(gradient_release_text(m));
   }
   if (last_checkpoint_) outcome.summary["checkpoint"] = last_checkpoint_->string();

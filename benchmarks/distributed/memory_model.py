@@ -26,9 +26,11 @@ A run of N ranks is projected with the storage and transfers N ranks would use:
 The peak is the largest of these phases (the "phase" of each projection):
     backward    W + O/N + gradients held in the forward + A + the copy engines' scratch and sums
                 (held: all with resident storage or several micro-batches, else the head's bucket)
-    reductions  (released gradients only) W + O/N + G + G/N + the sums, G the whole gradients:
-                the reducer keeps every released bucket, beside its shard, until the step's
-                reductions have finished
+    reductions  (released gradients only) through NCCL W + O/N + G + G/N + the sums, G the
+                whole gradients: the reducer keeps every released bucket, beside its shard,
+                until the step's reductions have finished; pushed W + O/N + G/N + one bucket
+                in flight + the sums: the push records its reads with the allocator, so a
+                bucket is freed as soon as its push is queued
     step        W + O/N + gradients held at the step + S (+ the scratch)
 A (one micro-batch's activation peak) and S (the step's workspace, per bucket piece of
 bucket/N, so it scales with that) come from the phase the log's own peak fell in: where the
@@ -192,8 +194,10 @@ def phases(run, n, a, s, choice="auto"):
     found = []
     if a is not None:
         found.append((base + in_forward + a + transient, "backward"))
-    if released:  # each released bucket is kept beside its shard until the reductions finish
+    if released and transfers != "push":  # NCCL: each released bucket kept beside its shard to the end
         found.append((base + g + g / n + transient, "reductions"))
+    elif released:  # pushed: a bucket goes once its push was queued; the shards and one bucket in flight
+        found.append((base + g / n + bucket_bytes(n) + transient, "reductions"))
     found.append((base + at_step + s_n, "step"))
     return found
 
