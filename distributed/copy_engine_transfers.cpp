@@ -94,7 +94,8 @@ CopyEngineTransfers::CopyEngineTransfers(c10::intrusive_ptr<c10d::Store> store, 
   std::string failure;
   try {
     (void)driver();
-    const size_t bytes = static_cast<size_t>(kSlots + kWindowSlots) * 2 * static_cast<size_t>(world_) * sizeof(uint32_t);
+    const size_t bytes =
+        static_cast<size_t>(kSlots + kWindowSlots) * 2 * static_cast<size_t>(world_) * sizeof(uint32_t);
     check(cudaMalloc(&flags_, bytes), "cudaMalloc of the transfer flags");
     check(cudaMemset(flags_, 0, bytes), "cudaMemset of the transfer flags");
     check(cudaDeviceSynchronize(), "zeroing the transfer flags");

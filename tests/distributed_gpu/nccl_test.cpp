@@ -127,7 +127,8 @@ TEST(NcclDataParallel, CopyEngineTransfersEqualNcclBitForBit) {
                                              std::string("distributed.bucket_mb=") + bucket})));
       ASSERT_EQ(runs[0].records.size(), 6u) << runs[0].outcome.describe();
       EXPECT_EQ(runs[0].outcome.outputs[0].find("by copy engines"), std::string::npos);
-      EXPECT_NE(runs[1].outcome.outputs[0].find("pushed by copy engines"), std::string::npos) << runs[1].outcome.outputs[0];
+      EXPECT_NE(runs[1].outcome.outputs[0].find("pushed by copy engines"), std::string::npos)
+          << runs[1].outcome.outputs[0];
       EXPECT_NE(runs[1].outcome.outputs[0].find("release_unowned_gradients: true, gradient storage lazy"),
                 std::string::npos) << runs[1].outcome.outputs[0];
       EXPECT_NE(runs[2].outcome.outputs[0].find("by copy engines"), std::string::npos) << runs[2].outcome.outputs[0];
