@@ -220,6 +220,12 @@ at::Tensor FlatGradients::gathered() const {
 
 int64_t FlatGradients::bytes() const { return layout_.total() * static_cast<int64_t>(options_.dtype().itemsize()); }
 
+int64_t FlatGradients::largest_bucket_bytes() const {
+  int64_t largest = 0;
+  for (const FlatBucket& b : layout_.buckets()) largest = std::max(largest, b.size);
+  return largest * static_cast<int64_t>(options_.dtype().itemsize());
+}
+
 int64_t FlatGradients::allocated_bytes() const {
   if (buffer_.defined()) return buffer_.nbytes();
   int64_t n = 0;

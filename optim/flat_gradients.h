@@ -98,7 +98,7 @@ class FlatGradients {
   // A copy of the whole gradient [layout total] (zeros where no storage), for tests and benchmarks.
   at::Tensor gathered() const;
   int64_t bytes() const;            // all buckets, as held from the backward to the step
-  int64_t element_size() const { return static_cast<int64_t>(options_.dtype().itemsize()); }
+  int64_t largest_bucket_bytes() const;  // the largest bucket, as allocated
   int64_t allocated_bytes() const;  // what is allocated now (buckets and shards)
 
   // Called by the hook before parameter i's AccumulateGrad (public for the hook).

@@ -80,9 +80,7 @@ std::unique_ptr<optim::GradReducer> attach_to_group(distributed::Group& group, o
       group.comm().share_buffer(grads.buffer());
     } else {
       grads.set_storage(optim::GradStorage::kLazy);
-      int64_t largest = 0;
-      for (const optim::FlatBucket& b : optimizer.flat().layout().buckets()) largest = std::max(largest, b.size);
-      group.comm().take_reduce_scatters(largest * grads.element_size());
+      group.comm().take_reduce_scatters(grads.largest_bucket_bytes());
     }
     group.comm().share_buffer(optimizer.flat().weights());
   }

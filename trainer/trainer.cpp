@@ -606,9 +606,7 @@ int64_t Run::gradients_at_activation_peak() const {
   const optim::FlatGradients& g = optimizer_->flat().gradients();
   if (g.storage() == optim::GradStorage::kResident) return 0;
   if (config_.batching.grad_accumulation > 1) return g.bytes();
-  int64_t largest = 0;
-  for (const optim::FlatBucket& b : optimizer_->flat().layout().buckets()) largest = std::max(largest, b.size);
-  return largest * static_cast<int64_t>(c10::elementSize(optimizer_->flat().dtype()));
+  return g.largest_bucket_bytes();
 }
 
 // What the memory trace names among the blocks alive after the backward: the weights, the
