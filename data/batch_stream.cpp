@@ -201,6 +201,31 @@ PackedBatch BatchStream::build(const MicroBatchPlan& plan) const {
   return options_.batching == BatchMode::kPad ? build_padded_batch(exs, pad_id_) : build_flat_batch(exs);
 }
 
+// The compute of a micro-batch as the planner weighs it (example_cost): one
+// sequence per example (flatten, pack), per piece of a row (fixed; the whole
+// row with cross-example attention), every example as long as the longest (pad).
+double BatchStream::work_of(const MicroBatchPlan& plan) const {
+  const int64_t a = options_.balance_attention_length;
+  double work = 0.0;
+  if (options_.batching == BatchMode::kFixed) {
+    for (const Row& row : plan.rows) {
+      int64_t row_tokens = 0;
+      for (const RowPiece& p : row) {
+        row_tokens += p.end - p.begin;
+        if (!options_.cross_example_attention) work += example_cost(p.end - p.begin, a);
+      }
+      if (options_.cross_example_attention) work += example_cost(row_tokens, a);
+    }
+    return work;
+  }
+  if (options_.batching == BatchMode::kPad)
+    return plan.examples.empty() ? 0.0
+                                 : static_cast<double>(plan.examples.size()) *
+                                       example_cost(plan.tokens / static_cast<int64_t>(plan.examples.size()), a);
+  for (const auto& e : plan.examples) work += example_cost(e->length(), a);
+  return work;
+}
+
 // The rank of each of the step's micro-batches: the planner's where it dealt
 // them (then its empty ones go; the ranks are padded with empty ones later),
 // else assign_ranks (balanced by tokens in the windowed modes).
@@ -226,8 +251,10 @@ TrainStep BatchStream::make_step(std::vector<MicroBatchPlan> plans) const {
   for (int r : ranks) ++on_rank[r];
   const size_t per_rank = *std::max_element(on_rank.begin(), on_rank.end());
   s.rank_tokens.assign(W, 0);
+  std::vector<double> rank_work(W, 0.0);
   for (size_t j = 0; j < plans.size(); ++j) {
     s.rank_tokens[ranks[j]] += plans[j].tokens;
+    rank_work[ranks[j]] += work_of(plans[j]);
     s.global_examples += plans[j].started;
     s.global_tokens += plans[j].tokens;
     s.global_padding += plans[j].padding;
@@ -243,6 +270,8 @@ TrainStep BatchStream::make_step(std::vector<MicroBatchPlan> plans) const {
   const double mean = static_cast<double>(s.global_tokens) / W;
   const int64_t top = *std::max_element(s.rank_tokens.begin(), s.rank_tokens.end());
   s.rank_imbalance = mean > 0 ? static_cast<double>(top) / mean - 1.0 : 0.0;
+  s.busiest_rank_work = *std::max_element(rank_work.begin(), rank_work.end());
+  for (double w : rank_work) s.mean_rank_work += w / W;
   s.epoch = epoch_;
   return s;
 }

@@ -40,6 +40,11 @@ struct TrainStep {
   int64_t global_supervised = 0;
   std::vector<int64_t> rank_tokens;  // tokens per rank
   double rank_imbalance = 0.0;       // max(rank_tokens) / mean - 1
+  // Compute per rank (example_cost of its sequences, padding included): a
+  // step takes as long as its busiest rank, so sum(mean) / sum(busiest) over
+  // steps bounds the per-GPU rate against one GPU on the same examples.
+  double busiest_rank_work = 0.0;
+  double mean_rank_work = 0.0;
   DataCursor cursor;                 // resume here to continue after this step
 };
 
@@ -90,6 +95,7 @@ class BatchStream {
   MicroBatchPlan materialize(const PlannedMicroBatch& planned,
                              const std::vector<std::shared_ptr<const ProcessedExample>>& group) const;
   PackedBatch build(const MicroBatchPlan& plan) const;
+  double work_of(const MicroBatchPlan& plan) const;
   std::vector<int> ranks_for(std::vector<MicroBatchPlan>& plans) const;
   TrainStep make_step(std::vector<MicroBatchPlan> plans) const;
   void end_epoch();

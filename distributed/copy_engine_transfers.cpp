@@ -354,7 +354,9 @@ Pending CopyEngineTransfers::reduce_scatter_pushed(const at::Tensor& full, const
   // the backward): the allocator hands its memory out again only after the side
   // stream's reads queued so far.
   c10::cuda::CUDACachingAllocator::recordStream(full.storage().data_ptr(), stream_);
-  return finish().input_recorded();
+  auto reads_done = std::make_shared<at::cuda::CUDAEvent>();
+  reads_done->record(stream_);
+  return finish().input_recorded([reads_done] { reads_done->synchronize(); });
 }
 
 Pending CopyEngineTransfers::all_gather(const at::Tensor& shard, const at::Tensor& full) {

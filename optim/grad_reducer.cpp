@@ -18,8 +18,12 @@ struct ReadyHook : torch::autograd::PostAccumulateGradHook {
 }  // namespace
 
 GradReducer::GradReducer(FlatParameters& flat, distributed::Communicator& comm, bool scatter,
-                         bool release_unowned)
-    : flat_(flat), comm_(comm), scatter_(scatter), release_unowned_(release_unowned) {
+                         bool release_unowned, int64_t released_in_flight)
+    : flat_(flat),
+      comm_(comm),
+      scatter_(scatter),
+      release_unowned_(release_unowned),
+      max_recorded_reads_(released_in_flight) {
   const FlatLayout& l = flat.layout();
   params_in_bucket_.assign(l.buckets().size(), 0);
   for (size_t i = 0; i < l.segments().size(); ++i) {
@@ -83,7 +87,17 @@ distributed::Pending GradReducer::scatter_and_release(size_t bucket) {
   // stream, which runs after the reads (ProcessGroupNCCL's own recordStream or stash
   // protects it too; this does not depend on which it uses).
   if (!work.input_may_be_freed()) released_in_flight_.push_back(std::move(whole));
+  else limit_recorded_reads(work);
   return work;
+}
+
+void GradReducer::limit_recorded_reads(const distributed::Pending& work) {
+  if (max_recorded_reads_ <= 0) return;
+  recorded_reads_.push_back(work);
+  while (static_cast<int64_t>(recorded_reads_.size()) > max_recorded_reads_) {
+    recorded_reads_.front().wait_for_input_reads();
+    recorded_reads_.pop_front();
+  }
 }
 
 void GradReducer::finish() {
@@ -92,6 +106,7 @@ void GradReducer::finish() {
   for (auto& p : pending_) p.wait();
   pending_.clear();
   released_in_flight_.clear();  // the current stream waited for every reduction: see scatter_and_release
+  recorded_reads_.clear();
   armed_ = false;
 }
 

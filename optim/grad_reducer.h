@@ -17,6 +17,12 @@
 // shard of its own (FlatGradients::make_shard) and the whole bucket is given up
 // (drop_bucket), so that from the end of the backward to the step a rank holds
 // 1/N of the gradients. The same sums in the same order: the same bits.
+// Where the collective recorded its reads of a dropped bucket with the caching
+// allocator (pushed by the copy engines), the memory returns to the allocator
+// only once those reads are done; a host far ahead of the device would meanwhile
+// allocate the next buckets anew, up to the whole gradients reserved beside the
+// shards. So beyond `released_in_flight` such buckets the host waits for the
+// oldest one's reads (0: never).
 //
 // Gradients are reduced in the gradient buffer's dtype (the model's): for a
 // bf16 model that is one more bf16 rounding of the same kind as accumulating a
@@ -27,6 +33,7 @@
 #include "optim/flat_parameters.h"
 
 #include <cstdint>
+#include <deque>
 #include <vector>
 
 namespace fptrain::optim {
@@ -40,7 +47,8 @@ distributed::Pending reduce_bucket(distributed::Communicator& comm, const at::Te
 class GradReducer {
  public:
   // `release_unowned` applies with `scatter` and lazy gradient storage only (see above).
-  GradReducer(FlatParameters& flat, distributed::Communicator& comm, bool scatter, bool release_unowned = false);
+  GradReducer(FlatParameters& flat, distributed::Communicator& comm, bool scatter, bool release_unowned = false,
+              int64_t released_in_flight = 0);
   ~GradReducer();
   GradReducer(const GradReducer&) = delete;
   GradReducer& operator=(const GradReducer&) = delete;
@@ -59,6 +67,7 @@ class GradReducer {
  private:
   void launch(size_t bucket);
   distributed::Pending scatter_and_release(size_t bucket);
+  void limit_recorded_reads(const distributed::Pending& work);
 
   FlatParameters& flat_;
   distributed::Communicator& comm_;
@@ -72,6 +81,8 @@ class GradReducer {
   bool armed_ = false;
   std::vector<distributed::Pending> pending_;
   std::vector<at::Tensor> released_in_flight_;  // dropped buckets their collectives still read
+  int64_t max_recorded_reads_;
+  std::deque<distributed::Pending> recorded_reads_;  // of dropped buckets, oldest first (see above)
 };
 
 }  // namespace fptrain::optim

@@ -154,6 +154,11 @@ inline constexpr int64_t kAutoBucketMb = 0;
 // ops once half full (models::backward_op_groups): a 7B's [v, o] bucket held v's 32 MiB unused through
 // the attention core's backward, the step's peak (all of the +24 MB against transformers, H200).
 inline constexpr int64_t kRanksBucketMb = 512, kOneProcessBucketMb = 64;
+// Two pushes in flight keep the copy engines busy while the host waits for a third bucket's reads
+// (a bucket's backward takes longer than its push: 2 x H200, 7B, 2026-11-27 profile: 48 pushes
+// of ~1 ms a step). Unlimited, the pushed 7B run with fp32 masters reserved 82.6 GiB for a
+// 57.6 GiB peak (2 x H200, 2026-11-27): more than an 80 GB card holds.
+inline constexpr int64_t kReleasedBucketsInFlight = 2;
 
 struct DistributedSection {
   int64_t timeout = 600;  // seconds: a dead or hung rank makes every other exit within this
@@ -174,6 +179,9 @@ struct DistributedSection {
   // With a sharded optimizer and lazy gradients: each bucket, once reduce-scattered in the
   // last micro-batch, is freed but for this rank's slice (optim/grad_reducer.h).
   bool release_unowned_gradients = true;
+  // Released buckets the copy engines' pushes may still be reading before the host
+  // waits for the oldest (0: no limit); optim/grad_reducer.h says why.
+  int64_t released_buckets_in_flight = kReleasedBucketsInFlight;
 };
 
 // Parameter-efficient fine-tuning: the base stays frozen, low-rank adapters train

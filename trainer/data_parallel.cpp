@@ -67,7 +67,8 @@ optim::DataParallelSpec data_parallel_spec(distributed::Group* group, const Trai
 }
 
 std::unique_ptr<optim::GradReducer> attach_to_group(distributed::Group& group, optim::AdamW& optimizer,
-                                                    optim::GradStorage storage, bool release_unowned) {
+                                                    optim::GradStorage storage, bool release_unowned,
+                                                    int64_t released_in_flight) {
   // The flat buffers are laid out alike on every rank: their reduce-scatters and
   // all-gathers may take the copy engines (the all-reduces of the unsharded mode
   // stay on NCCL). Resident gradients are one registered buffer the peers read
@@ -85,7 +86,8 @@ std::unique_ptr<optim::GradReducer> attach_to_group(distributed::Group& group, o
     group.comm().share_buffer(optimizer.flat().weights());
   }
   log::info("tensor collectives: " + group.comm().transfers());
-  return std::make_unique<optim::GradReducer>(optimizer.flat(), group.comm(), optimizer.sharded(), release_unowned);
+  return std::make_unique<optim::GradReducer>(optimizer.flat(), group.comm(), optimizer.sharded(), release_unowned,
+                                              released_in_flight);
 }
 
 fs::path save_together(distributed::Group& group, const fs::path& output_dir, TrainingState& state, bool sharded,

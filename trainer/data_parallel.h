@@ -43,9 +43,11 @@ optim::DataParallelSpec data_parallel_spec(distributed::Group* group, const Trai
 
 // After the optimizer exists: its flat buffers shared with the group's
 // transfers (sharded mode), and the reducer of its gradients (releasing the
-// buckets this rank does not own where `release_unowned` applies: GradReducer).
+// buckets this rank does not own where `release_unowned` applies, at most
+// `released_in_flight` of them still read by their pushes: GradReducer).
 std::unique_ptr<optim::GradReducer> attach_to_group(distributed::Group& group, optim::AdamW& optimizer,
-                                                    optim::GradStorage storage, bool release_unowned);
+                                                    optim::GradStorage storage, bool release_unowned,
+                                                    int64_t released_in_flight);
 
 // A checkpoint of the whole group: rank 0 prepares a hidden folder, every rank
 // writes its optimizer shard into it (`sharded`), and only when all succeeded

@@ -41,6 +41,10 @@ void truncate_after(const fs::path& path, int64_t keep_step) {
 
 }  // namespace
 
+double rank_balance(double mean_work, double busiest_work) {
+  return busiest_work > 0 ? mean_work / busiest_work : 1.0;
+}
+
 std::string format_count(double v) {
   char buf[32];
   if (v >= 1e9) std::snprintf(buf, sizeof buf, "%.2fB", v / 1e9);
@@ -126,6 +130,8 @@ MetricsLogger::Interval MetricsLogger::sum_interval() {
     v.padding += p.padding;
     v.supervised += p.supervised;
     v.examples += p.examples;
+    v.busiest_work += p.busiest_rank_work;
+    v.mean_work += p.mean_rank_work;
     if (!totals_.first_loss) totals_.first_loss = lv[i];
     totals_.last_loss = lv[i];
     totals_.min_loss = std::min(totals_.min_loss.value_or(lv[i]), lv[i]);
@@ -153,6 +159,8 @@ MetricsLogger::Interval MetricsLogger::sum_interval() {
   totals_.padding += v.padding;
   totals_.seconds += v.seconds;
   totals_.data_wait_seconds += v.wait;
+  totals_.busiest_rank_work += v.busiest_work;
+  totals_.mean_rank_work += v.mean_work;
   const double per_step = totals_.seconds / std::max<int64_t>(1, totals_.steps);
   v.eta = per_step * static_cast<double>(std::max<int64_t>(0, total_steps_ - last.step));
   return v;
@@ -185,6 +193,7 @@ nlohmann::json MetricsLogger::interval_record(const Interval& v) const {
     j["world_size"] = scope_.world_size;
     j["tokens_per_s_per_gpu"] = v.tps_gpu;
     j["exposed_comm_s"] = v.comm / v.n;  // per step
+    j["rank_balance"] = rank_balance(v.mean_work, v.busiest_work);
   }
   return j;
 }
@@ -266,6 +275,7 @@ nlohmann::json MetricsLogger::summary() const {
                       {"peak_rss_bytes", mem.peak_rss_bytes}};
   j["world_size"] = scope_.world_size;
   j["tokens_per_s_per_gpu"] = tps / scope_.world_size;
+  if (scope_.world_size > 1) j["rank_balance"] = rank_balance(totals_.mean_rank_work, totals_.busiest_rank_work);
   if (device_.peak_bf16_flops) {
     j["mfu"] = 6.0 * static_cast<double>(num_parameters_) * tps / scope_.world_size / *device_.peak_bf16_flops;
     j["peak_bf16_flops"] = *device_.peak_bf16_flops;
@@ -350,6 +360,13 @@ void log_run_summary(const MetricsLogger& metrics, const nlohmann::json& summary
   }
   line += " | " + format_duration(wall_seconds) + " | summary " + summary_path.string();
   log::info(line);
+  if (summary.contains("rank_balance")) {
+    std::snprintf(buf, sizeof buf, "%.1f%%", 100 * summary["rank_balance"].get<double>());
+    log::info(std::string("ranks' balance: ") + buf +
+              " (the mean rank's compute over the busiest rank's, from the examples' lengths; a step waits for its "
+              "busiest rank, so this bounds the per-GPU rate against one GPU on the same examples; more examples "
+              "per step or batching.mode pack balance better)");
+  }
   // The data accounting (nothing is dropped silently).
   std::ostringstream data_stats;
   data::print_data_stats(data_stats, stats);

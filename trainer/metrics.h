@@ -34,6 +34,8 @@ struct StepRecord {
   int64_t tokens = 0;  // padding included
   int64_t padding = 0;
   int64_t supervised = 0;
+  double busiest_rank_work = 0.0;  // data::TrainStep's: the ranks' compute from the examples' lengths
+  double mean_rank_work = 0.0;
   double step_seconds = 0.0;  // wall time of the whole step, data wait included
   double data_wait_seconds = 0.0;
   // Time the step waited for gradient and weight collectives that nothing
@@ -60,6 +62,7 @@ struct RunTotals {
   int64_t padding = 0;
   double seconds = 0.0;
   double data_wait_seconds = 0.0;
+  double busiest_rank_work = 0.0, mean_rank_work = 0.0;
   std::optional<double> first_loss, last_loss, min_loss;
   std::optional<double> last_eval_loss;
 };
@@ -87,6 +90,7 @@ class MetricsLogger {
   struct Interval {
     double n = 0, loss = 0, grad_norm = 0, seconds = 0, wait = 0, comm = 0;
     double tps = 0, sps = 0, pad_frac = 0, tps_gpu = 0, eta = 0;
+    double busiest_work = 0, mean_work = 0;
     int64_t tokens = 0, padding = 0, supervised = 0, examples = 0;
     std::optional<double> mfu;
     MemoryStats mem;
@@ -110,6 +114,11 @@ class MetricsLogger {
   RunTotals totals_;
   std::chrono::steady_clock::time_point started_;
 };
+
+// The ranks' balance: the mean rank's compute over the busiest one's, summed
+// over steps (1: no rank waits for another; what the examples' lengths allow
+// data parallelism at most, against one GPU on the same examples).
+double rank_balance(double mean_work, double busiest_work);
 
 // "1h02m", "3m05s", "12s".
 std::string format_duration(double seconds);

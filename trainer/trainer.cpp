@@ -278,6 +278,8 @@ StepRecord Run::train_step(const data::TrainStep& ts) {
   rec.tokens = ts.global_tokens;
   rec.padding = ts.global_padding;
   rec.supervised = ts.global_supervised;
+  rec.busiest_rank_work = ts.busiest_rank_work;
+  rec.mean_rank_work = ts.mean_rank_work;
   if (grad_sinks_) grad_sinks_->finish_step();  // zero what no backward of this step wrote (before it is reduced)
   memory_phase::StageScope stage("gradient reduction");
   if (reducer_) {
@@ -441,7 +443,8 @@ std::optional<TrainingState> Run::open_model_and_state() {
 
 void Run::open_data(const std::optional<TrainingState>& state) {
   data::DataOptions options = make_data_options(config_, /*eval=*/false, rank(), world());
-  if (world() > 1 && config_.batching.balance_ranks)
+  // What the ranks' shares of a step cost: how flatten deals them, and the balance the metrics report.
+  if (world() > 1)
     options.balance_attention_length = attention_cost_length(model_.config);
   total_steps_ = config_.training.max_steps;
   if (total_steps_ == 0) {
@@ -693,7 +696,8 @@ void Run::make_optimizer() {
   }
   if (group_) {
     reducer_ = attach_to_group(*group_, *optimizer_, config_.optimizer.gradient_storage,
-                               config_.distributed.release_unowned_gradients);
+                               config_.distributed.release_unowned_gradients,
+                               config_.distributed.released_buckets_in_flight);
     comm_clock_ = std::make_unique<CommClock>(device_.device);
   }
   // Sharded all-gathers and an offloaded update both hand back the weights bucket by bucket.

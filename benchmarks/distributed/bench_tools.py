@@ -68,6 +68,10 @@ def fptrain_run(a):
         print(f"warning: {a.run}: summary.json says world_size {world}, the launch asked for {a.world_size}",
               file=sys.stderr)
     tps = tok / sec
+    # The ranks' balance (the mean rank's compute over the busiest's): records of several ranks carry it.
+    balanced = [r for r in steady if "rank_balance" in r]
+    balance = (sum(r["rank_balance"] * r["steps_in_record"] for r in balanced) /
+               sum(r["steps_in_record"] for r in balanced)) if balanced else None
     transfers = None  # how the collectives moved, as the run logged it
     log = os.path.join(a.run, "train.log")
     if os.path.exists(log):
@@ -83,6 +87,7 @@ def fptrain_run(a):
         "tokens_per_s": tps, "tokens_per_s_per_gpu": tps / world,
         "steps_measured": sum(r["steps_in_record"] for r in steady),
         "examples_per_gpu": a.examples_per_gpu, "grad_accumulation": a.grad_accumulation,
+        "batching": a.batching, "rank_balance": balance,
         "num_parameters": s["num_parameters"],
         "mfu": 6 * s["num_parameters"] * tps / world / PEAK_FLOPS,
         "peak_allocated_gib": s.get("peak_allocated_bytes", 0) / GIB,
@@ -153,7 +158,8 @@ def report(a):
     # steps: with FLAN-like lengths (lognormal, sigma 1.1) the tokens of 4 examples vary by ~75%,
     # and tokens/s with them.
     for r in ok:
-        ones = [b for b in ok if family(b) == family(r) and b["world_size"] == 1]
+        ones = [b for b in ok if family(b) == family(r) and b["world_size"] == 1 and
+                b.get("batching", "flatten") == r.get("batching", "flatten")]
         base = next((b for b in ones if b.get("grad_accumulation", 1) == r["world_size"] * r.get("grad_accumulation", 1)),
                     None) or next((b for b in ones if b.get("grad_accumulation", 1) == 1), None)
         r["scaling_efficiency"] = r["tokens_per_s_per_gpu"] / base["tokens_per_s_per_gpu"] if base else None
@@ -170,7 +176,8 @@ def report(a):
             print(f"report: no parity result ({e})", file=sys.stderr)
 
     def find(impl, world):
-        return next((r for r in ok if family(r) == impl and r["world_size"] == world), None)
+        return next((r for r in ok if family(r) == impl and r["world_size"] == world and
+                     r.get("batching", "flatten") == "flatten"), None)
 
     f2, h2 = find("fptrain", 2), find("transformers", 2)
     checks = []
@@ -183,7 +190,9 @@ def report(a):
         eff, base = f2["scaling_efficiency"], next(b for b in ok if b["name"] == f2["scaling_base"])
         check(f"fptrain per-GPU tokens/s at 2 GPUs / at 1 GPU ({base['name']})", eff, f">= {TARGET_SCALING:.0%}",
               eff >= TARGET_SCALING,
-              f"{f2['tokens_per_s_per_gpu']:,.0f} / {base['tokens_per_s_per_gpu']:,.0f} = {eff:.1%}")
+              f"{f2['tokens_per_s_per_gpu']:,.0f} / {base['tokens_per_s_per_gpu']:,.0f} = {eff:.1%}" +
+              (f"; the ranks' balance on these examples is {f2['rank_balance']:.1%} (a step waits for its busiest "
+               f"rank): {eff / f2['rank_balance']:.1%} of what that allows" if f2.get("rank_balance") else ""))
     else:
         check("fptrain per-GPU tokens/s at 2 GPUs / at 1 GPU", None, f">= {TARGET_SCALING:.0%}", None,
               "not measured (a run is missing or failed)")
@@ -228,14 +237,18 @@ def report(a):
     md += ["Scaling is against the same implementation's 1-GPU run on the same examples: gradient "
            "accumulation 2 there, so its steps are the 2-GPU steps and each GPU's share of the work is the "
            "same (4 examples per micro-batch; the optimizer step of the whole model over two micro-batches "
-           "against half of it over one). The plain 1-GPU run (4 examples a step) sees other examples.", "",
-           "| run | GPUs | grad. acc. | attention; transfers | tokens/s per GPU | tokens/s (all GPUs) | scaling | MFU | "
-           "peak alloc GiB | peak reserved GiB | steps measured |",
-           "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+           "against half of it over one). The plain 1-GPU run (4 examples a step) sees other examples. "
+           "The ranks' balance is the mean rank's compute over the busiest rank's, step by step, from the "
+           "examples' lengths (a step waits for its busiest rank): what the examples allow data parallelism at "
+           "most. Runs named -rows<N> train fixed rows of N tokens, one a micro-batch, against one GPU on the "
+           "same rows: every rank the same tokens, so their scaling is what the transfers cost.", "",
+           "| run | GPUs | grad. acc. | attention; transfers | tokens/s per GPU | tokens/s (all GPUs) | scaling | "
+           "ranks' balance | MFU | peak alloc GiB | peak reserved GiB | steps measured |",
+           "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         if r.get("failed"):
             md.append(f"| {r['name']} | {r['world_size']} | | FAILED ({r.get('reason') or 'see log'}: "
-                      f"{r.get('log', '')}) | | | | | | | |")
+                      f"{r.get('log', '')}) | | | | | | | | |")
             continue
         scaling = fmt(r['scaling_efficiency'], '.1%')
         if r.get("scaling_base") and r["world_size"] > 1:
@@ -243,7 +256,7 @@ def report(a):
         md.append(f"| {r['name']} | {r['world_size']} | {r.get('grad_accumulation', 1)} | "
                   f"{r.get('attention') or '?'}{'; ' + short_transfers(r['transfers']) if r.get('transfers') else ''} | "
                   f"{r['tokens_per_s_per_gpu']:,.0f} | {r['tokens_per_s']:,.0f} | "
-                  f"{scaling} | {100 * r['mfu']:.1f}% | "
+                  f"{scaling} | {fmt(r.get('rank_balance'), '.1%', '')} | {100 * r['mfu']:.1f}% | "
                   f"{r['peak_allocated_gib']:.1f} | {r['peak_reserved_gib']:.1f} | {r['steps_measured']} |")
     md += ["", "Targets (computed from the runs above):", ""]
     for c in checks:
@@ -281,6 +294,7 @@ def main():
     p.add_argument("--world-size", type=int, default=1)
     p.add_argument("--examples-per-gpu", type=int, default=4)
     p.add_argument("--grad-accumulation", type=int, default=1)
+    p.add_argument("--batching", default="flatten", help="what a micro-batch is (runs compare within one kind)")
     p.set_defaults(fn=fptrain_run)
     p = sub.add_parser("parity")
     p.add_argument("--one", required=True)

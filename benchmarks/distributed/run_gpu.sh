@@ -20,7 +20,9 @@
 # runs each; the targets and the parity use the first),
 # FPTRAIN_DIST_STEPS (default 30; the first 5 are not measured), FPTRAIN_DIST_VARIANTS (below), FPTRAIN_DIST_RUN_TIMEOUT
 # (seconds a run may take, default 420), FPTRAIN_DIST_MASTERS (default true; false: bf16 AdamW),
-# FPTRAIN_DIST_PEERS (default 1; 0: fptrain's runs only), FPTRAIN_DIST_BENCH_DIR (work folder, default
+# FPTRAIN_DIST_PEERS (default 1; 0: fptrain's runs only), FPTRAIN_DIST_ROWS (row tokens: also a 2-GPU and a 1-GPU
+# gradient-accumulation run of fixed rows of that many tokens, one a micro-batch: every rank the same tokens, so
+# their scaling is the transfers' cost alone, without the ranks waiting on each other's longer examples), FPTRAIN_DIST_BENCH_DIR (work folder, default
 # /tmp/fptrain-dist-bench), FPTRAIN_DIST_PARITY_TOL (default 0.01). To try the plumbing
 # on a CPU: FPTRAIN_DIST_SHAPE=tiny FPTRAIN_DIST_PARITY_PRESET=tiny FPTRAIN_DIST_DEVICE=cpu
 # FPTRAIN_DIST_DTYPE=float32.
@@ -165,9 +167,10 @@ fptrain_run() {
   return 0
 }
 
-fptrain_bench() {  # name, world size, [grad accumulation]
+fptrain_bench() {  # name, world size, [grad accumulation], [batching label of tools fptrain-run]
   fptrain_run "$1" "$2" "$WORK/$SHAPE" 4 "$STEPS" "$LOG_INTERVAL" "${3:-1}" || return 0
   if tools fptrain-run --run "$WORK/run-$1" --name "$1" --world-size "$2" --grad-accumulation "${3:-1}" \
+       --batching "${4:-flatten}" \
        > "$WORK/res-$1.json" 2>> "$OUT/dist-$1.log"; then
     results+=("$WORK/res-$1.json"); cat "$WORK/res-$1.json"
   else
@@ -219,6 +222,13 @@ for v in ${FPTRAIN_DIST_VARIANTS:-}; do
   for kv in "${assigns[@]}"; do [[ ${kv%%=*} == *.* ]] || unset "${kv%%=*}"; done
   variant_sets=()
 done
+# FPTRAIN_DIST_ROWS: the same rows of fixed mode at both world sizes (scaling without imbalance).
+if [ -n "${FPTRAIN_DIST_ROWS:-}" ] && [ $multi -eq 1 ] && [ "$PART" != parity ]; then
+  variant_sets=(--set batching.mode=fixed --set "batching.row_tokens=$FPTRAIN_DIST_ROWS" --set batching.rows_per_micro_batch=1)
+  fptrain_bench "fptrain-${NPROC}gpu-rows$FPTRAIN_DIST_ROWS" "$NPROC" 1 "fixed rows of $FPTRAIN_DIST_ROWS"
+  fptrain_bench "fptrain-1gpu-ga$NPROC-rows$FPTRAIN_DIST_ROWS" 1 "$NPROC" "fixed rows of $FPTRAIN_DIST_ROWS"
+  variant_sets=()
+fi
 # The scaling baselines: one GPU on the same examples as the data-parallel runs (gradient
 # accumulation = world size), and the plain 1-GPU runs (FPTRAIN_DIST_PLAIN_1GPU=0 skips them).
 if [ -z "${skip_1gpu:-}" ]; then

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "data/batch_builder.h"
+#include "data/batch_planner.h"
 #include "data/epoch_plan.h"
 #include "tests/data/test_util.h"
 
@@ -168,6 +169,38 @@ TEST_P(Modes, WorkerThreadsDoNotChangeTheStream) {
     o.prefetch_steps = 2;
     DataPipeline threaded(o, testing::byte_tokenizer());
     expect_same(testing::drain(threaded), a);
+  }
+}
+
+// Every rank reports the same busiest and mean work of a step, and they are
+// what the ranks' own batches cost: example_cost of each attention sequence
+// (cu_seqlens), padding included.
+TEST_P(Modes, RanksReportTheWorkTheirBatchesCost) {
+  const auto f = corpus(dir_, 157, 4);
+  const int W = 3;
+  const int64_t attention_length = 64;  // short: the quadratic part counts
+  std::vector<std::vector<TrainStep>> per_rank;
+  for (int r = 0; r < W; ++r) {
+    auto o = base(f);
+    o.world_size = W;
+    o.rank = r;
+    o.balance_attention_length = attention_length;
+    DataPipeline p(o, testing::byte_tokenizer());
+    per_rank.push_back(testing::drain(p));
+  }
+  ASSERT_GT(per_rank[0].size(), 3u);
+  for (size_t s = 0; s < per_rank[0].size(); ++s) {
+    std::vector<double> work(W, 0.0);
+    for (int r = 0; r < W; ++r)
+      for (const auto& mb : per_rank[r][s].micro_batches)
+        for (size_t q = 0; q + 1 < mb.cu_seqlens.size(); ++q)
+          work[r] += example_cost(mb.cu_seqlens[q + 1] - mb.cu_seqlens[q], attention_length);
+    const double busiest = *std::max_element(work.begin(), work.end());
+    const double mean = (work[0] + work[1] + work[2]) / W;
+    for (int r = 0; r < W; ++r) {
+      EXPECT_NEAR(per_rank[r][s].busiest_rank_work, busiest, 1e-9 * busiest) << "step " << s << " rank " << r;
+      EXPECT_NEAR(per_rank[r][s].mean_rank_work, mean, 1e-9 * busiest) << "step " << s << " rank " << r;
+    }
   }
 }
 

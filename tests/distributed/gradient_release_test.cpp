@@ -220,5 +220,64 @@ TEST(GradientRelease, AppliesOnlyToShardedLazyGradients) {
   for (int r = 0; r < kWorld; ++r) EXPECT_EQ(says[r], "--") << "rank " << r;
 }
 
+// A store communicator whose reduce-scatters say, as the copy engines' pushed ones do,
+// that they recorded their reads of `full`; waiting for those reads is logged.
+class RecordingReads : public distributed::Communicator {
+ public:
+  RecordingReads(distributed::Communicator& inner, std::vector<std::string>& log) : inner_(inner), log_(log) {}
+  int rank() const override { return inner_.rank(); }
+  int world_size() const override { return inner_.world_size(); }
+  std::string kind() const override { return inner_.kind(); }
+  distributed::Pending all_reduce_sum(at::Tensor t) override { return inner_.all_reduce_sum(t); }
+  distributed::Pending all_reduce_max(at::Tensor t) override { return inner_.all_reduce_max(t); }
+  distributed::Pending all_gather(at::Tensor s, at::Tensor f) override { return inner_.all_gather(s, f); }
+  distributed::Pending broadcast(at::Tensor t, int root) override { return inner_.broadcast(t, root); }
+  distributed::Pending reduce_scatter_sum(at::Tensor full, at::Tensor out) override {
+    const int launch = launches_++;
+    log_.push_back("launch " + std::to_string(launch));
+    return inner_.reduce_scatter_sum(full, out).input_recorded(
+        [this, launch] { log_.push_back("wait " + std::to_string(launch)); });
+  }
+
+ private:
+  distributed::Communicator& inner_;
+  std::vector<std::string>& log_;
+  int launches_ = 0;
+};
+
+// Beyond `released_in_flight` released buckets whose reads were recorded, the host
+// waits for the oldest one's before it goes on (with 0, never): the caching
+// allocator then reuses their memory instead of reserving more.
+TEST(GradientRelease, HostWaitsForTheOldestRecordedReadsBeyondTheLimit) {
+  const Form form{"fp32", at::kFloat, options(0.0)};
+  const auto plan = make_plan(1);
+  for (int64_t limit : {0, 1, 2}) {
+    std::vector<std::vector<std::string>> logs(kWorld);
+    auto store = c10::make_intrusive<c10d::HashStore>();
+    expect_no_errors(on_ranks(store, kWorld, [&](int r, distributed::StoreCommunicator& store_comm) {
+      RecordingReads comm(store_comm, logs[r]);
+      std::vector<std::string> names;
+      for (const auto& [n, shape] : kShapes) names.push_back(n);
+      DataParallelSpec dp;
+      dp.comm = &comm;
+      dp.shard = true;
+      dp.bucket_elements = kBucketElements;
+      AdamW opt(names, initial_params(form.dtype), form.options, kAlignment, dp);
+      GradReducer reducer(opt.flat(), comm, opt.sharded(), /*release_unowned=*/true, limit);
+      const int buckets = static_cast<int>(opt.flat().layout().buckets().size());
+      ASSERT_GE(buckets, 3);
+      reducer.arm();
+      (loss_sum(opt.flat().params(), plan[0][r][0]) / 10.0).backward();
+      reducer.finish();
+      std::vector<std::string> expected;
+      for (int launch = 0; launch < buckets; ++launch) {
+        expected.push_back("launch " + std::to_string(launch));
+        if (limit > 0 && launch >= limit) expected.push_back("wait " + std::to_string(launch - limit));
+      }
+      EXPECT_EQ(logs[r], expected) << "rank " << r << ", limit " << limit;
+    }, std::chrono::seconds(60)));
+  }
+}
+
 }  // namespace
 }  // namespace fptrain::optim
