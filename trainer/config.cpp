@@ -560,7 +560,8 @@ const std::vector<KeyDef>& key_defs() {
     t.integer("distributed.released_buckets_in_flight",
               "released gradient buckets whose pushes by the copy engines may still be reading them before the "
               "host waits for the oldest: the caching allocator reuses a bucket's memory only after those reads, "
-              "so without a limit a host far ahead of the GPU reserves new memory for every bucket; 0 = no limit",
+              "so without a limit a host far ahead of the GPU reserves new memory for every bucket (a limit costs speed: "
+              "the host no longer runs far ahead); 0 = no limit",
               MEMBER(distributed.released_buckets_in_flight), 0, 1 << 20);
     // top level
     t.string("output_dir", "run directory: config.yaml, train.log, metrics.jsonl, summary.json, checkpoints/",
