@@ -5,7 +5,8 @@
 // 8-bit moments, fp32 sums, the offloaded step — with accumulation, clipping and
 // a rank idle in the last step, trained with the release on and off: the same
 // norms, weights and optimizer state. After the reductions a releasing rank
-// holds its shards only.
+// holds its shards only. Beyond its limit of released buckets still being read,
+// the host waits for the oldest.
 #include "distributed/store_communicator.h"
 #include "optim/adamw.h"
 #include "optim/grad_reducer.h"
@@ -16,6 +17,8 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include <memory>
 
 namespace fptrain::optim {
 namespace {
@@ -78,16 +81,22 @@ struct Result {
   bool releases = false;
 };
 
-// One rank's training: the trainer's order of calls (trainer/trainer.cpp's train_step).
-Result train_rank(const Form& form, const std::vector<std::vector<std::vector<MicroBatch>>>& plan,
-                  distributed::Communicator& comm, bool release) {
+// The test model's optimizer on `comm`'s rank, sharded, in buckets of kBucketElements.
+std::unique_ptr<AdamW> sharded_adamw(const Form& form, distributed::Communicator& comm) {
   std::vector<std::string> names;
   for (const auto& [n, s] : kShapes) names.push_back(n);
   DataParallelSpec dp;
   dp.comm = &comm;
   dp.shard = true;
   dp.bucket_elements = kBucketElements;
-  AdamW opt(names, initial_params(form.dtype), form.options, kAlignment, dp);
+  return std::make_unique<AdamW>(names, initial_params(form.dtype), form.options, kAlignment, dp);
+}
+
+// One rank's training: the trainer's order of calls (trainer/trainer.cpp's train_step).
+Result train_rank(const Form& form, const std::vector<std::vector<std::vector<MicroBatch>>>& plan,
+                  distributed::Communicator& comm, bool release) {
+  const std::unique_ptr<AdamW> adamw = sharded_adamw(form, comm);
+  AdamW& opt = *adamw;
   GradReducer reducer(opt.flat(), comm, opt.sharded(), release);
   Result res;
   res.releases = reducer.releases();
@@ -256,13 +265,8 @@ TEST(GradientRelease, HostWaitsForTheOldestRecordedReadsBeyondTheLimit) {
     auto store = c10::make_intrusive<c10d::HashStore>();
     expect_no_errors(on_ranks(store, kWorld, [&](int r, distributed::StoreCommunicator& store_comm) {
       RecordingReads comm(store_comm, logs[r]);
-      std::vector<std::string> names;
-      for (const auto& [n, shape] : kShapes) names.push_back(n);
-      DataParallelSpec dp;
-      dp.comm = &comm;
-      dp.shard = true;
-      dp.bucket_elements = kBucketElements;
-      AdamW opt(names, initial_params(form.dtype), form.options, kAlignment, dp);
+      const std::unique_ptr<AdamW> adamw = sharded_adamw(form, comm);
+      AdamW& opt = *adamw;
       GradReducer reducer(opt.flat(), comm, opt.sharded(), /*release_unowned=*/true, limit);
       const int buckets = static_cast<int>(opt.flat().layout().buckets().size());
       ASSERT_GE(buckets, 3);
