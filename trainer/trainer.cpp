@@ -545,7 +545,8 @@ void Run::log_set_up() {
   const optim::FlatGradients& g = optimizer_->flat().gradients();
   log::info(lazy ? "gradient storage: lazy (" + std::to_string(optimizer_->flat().layout().buckets().size()) +
                        " bucket(s) of up to " + std::to_string(config_.distributed.bucket_mb_for(world())) +
-                       " MiB, each allocated when the backward first reaches it and freed after the step)"
+                       " MiB, each allocated when the backward first reaches it and freed after the step" +
+                       (reducer_ && reducer_->releases() ? ", but for this rank's slice once reduced" : "") + ")"
                  : "gradient storage: resident (one buffer of " + common::gib_text(g.bytes()) +
                        " for the run: optimizer.gradient_storage is resident)");
 }

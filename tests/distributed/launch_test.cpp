@@ -36,7 +36,17 @@ TEST(DataParallelLaunch, TorchrunOnOneNodeMatchesOneRank) {
   ASSERT_TRUE(o.all_succeeded()) << o.describe();
   EXPECT_NE(o.outputs[0].find("joined the group as rank 0/2 (local 0/2)"), std::string::npos) << o.outputs[0];
   EXPECT_NE(o.outputs[0].find("(torchrun's agent store)"), std::string::npos) << o.outputs[0];
-  expect_same_steps(train_records(run), one.records, 1e-5);
+  const auto records = train_records(run);
+  expect_same_steps(records, one.records, 1e-5);
+  // The ranks' balance (the mean rank's work over the busiest's) in every record, the summary and the log.
+  for (const auto& r : records) {
+    ASSERT_TRUE(r.contains("rank_balance")) << r.dump();
+    EXPECT_GT(r["rank_balance"].get<double>(), 0.0);
+    EXPECT_LE(r["rank_balance"].get<double>(), 1.0);
+  }
+  const Json summary = Json::parse(read_file(run / "summary.json"));
+  EXPECT_GT(summary.value("rank_balance", 0.0), 0.0) << summary.dump();
+  EXPECT_NE(o.outputs[0].find("ranks' balance: "), std::string::npos) << o.outputs[0];
   EXPECT_TRUE(dir.leftovers().empty());
 }
 
