@@ -29,11 +29,10 @@ class Pending {
   // Whether the collective's input may be freed as soon as it was issued: its
   // device reads were made known to the caching allocator (recordStream), which
   // reuses the memory only after them. Otherwise the caller keeps it until wait().
-  bool input_may_be_freed() const { return input_may_be_freed_; }
+  bool input_may_be_freed() const { return static_cast<bool>(wait_for_input_reads_); }
   // `wait_for_reads` blocks the host until those reads are done (the memory is then
   // the allocator's to hand out again).
   Pending& input_recorded(std::function<void()> wait_for_reads) {
-    input_may_be_freed_ = true;
     wait_for_input_reads_ = std::move(wait_for_reads);
     return *this;
   }
@@ -45,8 +44,7 @@ class Pending {
  private:
   c10::intrusive_ptr<c10d::Work> work_;
   std::function<void()> wait_;
-  bool input_may_be_freed_ = false;
-  std::function<void()> wait_for_input_reads_;
+  std::function<void()> wait_for_input_reads_;  // set: the input's reads were recorded
 };
 
 class Communicator {

@@ -18,12 +18,12 @@ struct ReadyHook : torch::autograd::PostAccumulateGradHook {
 }  // namespace
 
 GradReducer::GradReducer(FlatParameters& flat, distributed::Communicator& comm, bool scatter,
-                         bool release_unowned, int64_t released_in_flight)
+                         bool release_unowned, int64_t max_recorded_reads)
     : flat_(flat),
       comm_(comm),
       scatter_(scatter),
       release_unowned_(release_unowned),
-      max_recorded_reads_(released_in_flight) {
+      max_recorded_reads_(max_recorded_reads) {
   const FlatLayout& l = flat.layout();
   params_in_bucket_.assign(l.buckets().size(), 0);
   for (size_t i = 0; i < l.segments().size(); ++i) {

@@ -21,7 +21,7 @@
 // allocator (pushed by the copy engines), the memory returns to the allocator
 // only once those reads are done; a host far ahead of the device would meanwhile
 // allocate the next buckets anew, up to the whole gradients reserved beside the
-// shards. So beyond `released_in_flight` such buckets the host waits for the
+// shards. So beyond `max_recorded_reads` such buckets the host waits for the
 // oldest one's reads (0: never).
 //
 // Gradients are reduced in the gradient buffer's dtype (the model's): for a
@@ -48,7 +48,7 @@ class GradReducer {
  public:
   // `release_unowned` applies with `scatter` and lazy gradient storage only (see above).
   GradReducer(FlatParameters& flat, distributed::Communicator& comm, bool scatter, bool release_unowned = false,
-              int64_t released_in_flight = 0);
+              int64_t max_recorded_reads = 0);
   ~GradReducer();
   GradReducer(const GradReducer&) = delete;
   GradReducer& operator=(const GradReducer&) = delete;
